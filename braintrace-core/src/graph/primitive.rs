@@ -1,0 +1,102 @@
+//! The `Primitive` trait: what every op — core or ETP — supplies to each
+//! interpreter (evaluation, shape inference, JVP, transpose, batching).
+
+use crate::error::{Error, Result};
+use crate::tensor::{Aval, Tensor};
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+/// An argument of a linear (transposed) equation: either a value known at
+/// transpose time (a residual), or a linear input whose cotangent is wanted.
+#[derive(Clone, Debug)]
+pub enum LinearArg {
+    /// A known value (the equation is not linear in it).
+    Known(Tensor),
+    /// A linear input, of which only the abstract value is known.
+    Linear(Aval),
+}
+
+impl LinearArg {
+    /// The known value, or an error naming `op` when the argument is linear.
+    pub fn known(&self, op: &str) -> Result<&Tensor> {
+        match self {
+            LinearArg::Known(t) => Ok(t),
+            LinearArg::Linear(a) => Err(Error::invalid(
+                op,
+                format!("transpose needs this operand ({a}) to be a known value, but it is linear"),
+            )),
+        }
+    }
+    /// Whether this argument is linear.
+    pub fn is_linear(&self) -> bool {
+        matches!(self, LinearArg::Linear(_))
+    }
+    /// The abstract value of the argument.
+    pub fn aval(&self) -> Aval {
+        match self {
+            LinearArg::Known(t) => t.aval(),
+            LinearArg::Linear(a) => a.clone(),
+        }
+    }
+}
+
+/// Cloning a primitive into a shared handle (blanket-implemented for every
+/// `Primitive + Clone`).
+pub trait PrimitiveClone {
+    /// A shared handle to a copy of this primitive.
+    fn clone_arc(&self) -> Arc<dyn Primitive>;
+}
+
+impl<T: Primitive + Clone> PrimitiveClone for T {
+    fn clone_arc(&self) -> Arc<dyn Primitive> {
+        Arc::new(self.clone())
+    }
+}
+
+/// One primitive operation: a core op, or an ETP primitive bound with params.
+///
+/// Implementations are small structs whose fields are the op's static
+/// parameters; an equation of a graph holds one of them.
+pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
+    /// The name printed in graphs (`mul`, `matmul`, `etp_mm`, ...).
+    fn name(&self) -> String;
+    /// Static parameters as `key=value` pairs, printed in graphs.
+    fn params(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// Shape and dtype inference; validates the operands.
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>>;
+    /// Evaluate on concrete operands.
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+    /// Forward-mode rule. `tangents[i]` is `None` for a (symbolic) zero.
+    /// Returns the primal outputs and their tangents (`None` = zero).
+    fn jvp(
+        &self,
+        primals: &[Tensor],
+        tangents: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)>;
+    /// Transpose rule for the operands marked [`LinearArg::Linear`]: given the
+    /// output cotangents (`None` = zero), return one cotangent per operand
+    /// (`None` for known operands or zero cotangents).
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
+        let _ = (cts, args);
+        Err(Error::MissingRule {
+            primitive: self.name(),
+            rule: "transpose".into(),
+            detail: " (it is not linear)".into(),
+        })
+    }
+    /// Batching rule. Batched operands carry the batch axis at position 0
+    /// (`batched[i]`), all of size `size`. Returns outputs and whether each
+    /// is batched (at axis 0). `crate::ops::batch_by_loop` is a correct
+    /// (slow) rule any op can fall back on.
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)>;
+    /// For downcasting (the ETP layer recognises its own equations).
+    fn as_any(&self) -> &dyn Any;
+}

@@ -1,0 +1,967 @@
+//! General N-D dilated, strided, padded, grouped convolution (cross-correlation, like XLA's
+//! `conv_general_dilated`) in the canonical layout x: (N, C, s..), k: (O, C/G, k..),
+//! y: (N, O, o..), together with its two exact adjoints (w.r.t. the input and the kernel).
+//!
+//! All three kernels use the same scheme: a precomputed "plan" of valid
+//! (input offset, output offset, run length, input step) runs per kernel offset (so no per-element
+//! bounds checks), an im2col buffer per (batch, group), and a GEMM through ndarray's
+//! `general_mat_mul` (which dispatches to `matrixmultiply` for f32/f64).
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, IxDyn};
+use num_traits::Float;
+
+/// Geometry of a convolution over `d` spatial dimensions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvGeometry {
+    /// Window strides, len d, each >= 1.
+    pub strides: Vec<usize>,
+    /// (lo, hi) padding per spatial dim, len d; negative values crop.
+    pub padding: Vec<(i64, i64)>,
+    /// Input dilation, len d, each >= 1 (inserts `lhs_dilation - 1` zeros between input elements).
+    pub lhs_dilation: Vec<usize>,
+    /// Kernel dilation, len d, each >= 1.
+    pub rhs_dilation: Vec<usize>,
+    /// Number of feature groups, >= 1; C and O must be divisible by it.
+    pub feature_group_count: usize,
+}
+
+impl ConvGeometry {
+    /// Spatial output size for each dim: dilated_in = (n-1)*lhs_dil+1; padded = dilated_in + lo + hi;
+    /// dilated_k = (k-1)*rhs_dil+1; out = if padded >= dilated_k { (padded - dilated_k)/stride + 1 } else { 0 }.
+    ///
+    /// A zero-sized input dim has dilated size 0, a zero-sized kernel dim has dilated size 0.
+    pub fn output_spatial(
+        &self,
+        in_spatial: &[usize],
+        k_spatial: &[usize],
+    ) -> Result<Vec<usize>, String> {
+        let d = in_spatial.len();
+        self.validate(d)?;
+        if k_spatial.len() != d {
+            return Err(format!(
+                "conv: kernel has {} spatial dims but input has {}",
+                k_spatial.len(),
+                d
+            ));
+        }
+        (0..d)
+            .map(|i| {
+                let dil_in = dilated_size(in_spatial[i], self.lhs_dilation[i])?;
+                let (lo, hi) = self.padding[i];
+                let padded = dil_in
+                    .checked_add(lo)
+                    .and_then(|v| v.checked_add(hi))
+                    .ok_or_else(|| format!("conv: padded size overflows in spatial dim {i}"))?;
+                let dil_k = dilated_size(k_spatial[i], self.rhs_dilation[i])?;
+                if padded >= dil_k {
+                    let out = (padded - dil_k) / self.strides[i] as i64 + 1;
+                    usize::try_from(out)
+                        .map_err(|_| format!("conv: output size overflows in spatial dim {i}"))
+                } else {
+                    Ok(0)
+                }
+            })
+            .collect()
+    }
+
+    /// Checks the per-dimension vectors have length `d` and all factors are >= 1.
+    fn validate(&self, d: usize) -> Result<(), String> {
+        if self.strides.len() != d
+            || self.padding.len() != d
+            || self.lhs_dilation.len() != d
+            || self.rhs_dilation.len() != d
+        {
+            return Err(format!(
+                "conv: geometry has strides/padding/lhs_dilation/rhs_dilation of lengths {}/{}/{}/{} but there are {} spatial dims",
+                self.strides.len(),
+                self.padding.len(),
+                self.lhs_dilation.len(),
+                self.rhs_dilation.len(),
+                d
+            ));
+        }
+        if self.strides.contains(&0) {
+            return Err(format!(
+                "conv: strides must be >= 1, got {:?}",
+                self.strides
+            ));
+        }
+        if self.lhs_dilation.contains(&0) {
+            return Err(format!(
+                "conv: lhs_dilation must be >= 1, got {:?}",
+                self.lhs_dilation
+            ));
+        }
+        if self.rhs_dilation.contains(&0) {
+            return Err(format!(
+                "conv: rhs_dilation must be >= 1, got {:?}",
+                self.rhs_dilation
+            ));
+        }
+        if self.feature_group_count == 0 {
+            return Err("conv: feature_group_count must be >= 1".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// `(n-1)*dil+1` (0 when n == 0) as i64.
+fn dilated_size(n: usize, dil: usize) -> Result<i64, String> {
+    if n == 0 {
+        return Ok(0);
+    }
+    (n as i64 - 1)
+        .checked_mul(dil as i64)
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(|| "conv: dilated size overflows".to_string())
+}
+
+/// SAME padding per JAX: out = ceil(n/s); pad_total = max((out-1)*s + (k-1)*d + 1 - n, 0); lo = pad_total/2; hi = pad_total - lo.
+///
+/// A stride or dilation of 0 is treated as 1.
+pub fn same_padding(n: usize, k: usize, stride: usize, rhs_dilation: usize) -> (i64, i64) {
+    let s = stride.max(1) as i64;
+    let d = rhs_dilation.max(1) as i64;
+    let (n, k) = (n as i64, k as i64);
+    let out = (n + s - 1) / s;
+    let total = ((out - 1) * s + (k - 1) * d + 1 - n).max(0);
+    let lo = total / 2;
+    (lo, total - lo)
+}
+
+/// Validated shapes of one convolution.
+struct Dims {
+    n: usize,
+    c: usize,
+    o: usize,
+    groups: usize,
+    /// Input spatial sizes.
+    xs: Vec<usize>,
+    /// Kernel spatial sizes.
+    ks: Vec<usize>,
+    /// Output spatial sizes.
+    ys: Vec<usize>,
+}
+
+impl Dims {
+    fn cg(&self) -> usize {
+        self.c / self.groups
+    }
+    fn og(&self) -> usize {
+        self.o / self.groups
+    }
+    fn s_in(&self) -> usize {
+        self.xs.iter().product()
+    }
+    fn k_len(&self) -> usize {
+        self.ks.iter().product()
+    }
+    fn p_len(&self) -> usize {
+        self.ys.iter().product()
+    }
+    fn x_shape(&self) -> Vec<usize> {
+        [self.n, self.c].iter().chain(&self.xs).copied().collect()
+    }
+    fn k_shape(&self) -> Vec<usize> {
+        [self.o, self.cg()]
+            .iter()
+            .chain(&self.ks)
+            .copied()
+            .collect()
+    }
+    fn y_shape(&self) -> Vec<usize> {
+        [self.n, self.o].iter().chain(&self.ys).copied().collect()
+    }
+}
+
+/// Validates x/k shapes and geometry; returns the dims (output spatial computed).
+fn check_dims(x_shape: &[usize], k_shape: &[usize], geo: &ConvGeometry) -> Result<Dims, String> {
+    if x_shape.len() < 3 {
+        return Err(format!(
+            "conv: input must have shape (N, C, spatial..) with >= 1 spatial dim, got {x_shape:?}"
+        ));
+    }
+    if k_shape.len() != x_shape.len() {
+        return Err(format!(
+            "conv: kernel shape {k_shape:?} must have the same rank as input shape {x_shape:?}"
+        ));
+    }
+    let d = x_shape.len() - 2;
+    geo.validate(d)?;
+    let g = geo.feature_group_count;
+    let (n, c, o) = (x_shape[0], x_shape[1], k_shape[0]);
+    if c % g != 0 || o % g != 0 {
+        return Err(format!(
+            "conv: input channels {c} and output channels {o} must be divisible by feature_group_count {g}"
+        ));
+    }
+    if k_shape[1] != c / g {
+        return Err(format!(
+            "conv: kernel shape {k_shape:?} must have C/G = {}/{} = {} input channels",
+            c,
+            g,
+            c / g
+        ));
+    }
+    let ys = geo.output_spatial(&x_shape[2..], &k_shape[2..])?;
+    Ok(Dims {
+        n,
+        c,
+        o,
+        groups: g,
+        xs: x_shape[2..].to_vec(),
+        ks: k_shape[2..].to_vec(),
+        ys,
+    })
+}
+
+/// A run of valid (output position, input position) pairs along one spatial dim:
+/// output positions `p0..p0+len`, input positions `i0, i0+istep, ..`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    p0: usize,
+    i0: usize,
+    len: usize,
+    istep: usize,
+}
+
+/// For one spatial dim: per kernel offset u, the runs of valid (p, input index) pairs.
+fn dim_runs(
+    n_in: usize,
+    k: usize,
+    n_out: usize,
+    s: usize,
+    ld: usize,
+    rd: usize,
+    lo: i64,
+) -> Vec<Vec<Run>> {
+    let dil_in = if n_in == 0 {
+        0
+    } else {
+        (n_in as i64 - 1) * ld as i64 + 1
+    };
+    (0..k)
+        .map(|u| {
+            let mut runs: Vec<Run> = Vec::new();
+            for p in 0..n_out {
+                let q = (p * s + u * rd) as i64 - lo;
+                if q < 0 || q >= dil_in || q % ld as i64 != 0 {
+                    continue;
+                }
+                let i = (q / ld as i64) as usize;
+                if let Some(r) = runs.last_mut() {
+                    if r.p0 + r.len == p {
+                        if r.len == 1 {
+                            r.istep = i - r.i0;
+                            r.len = 2;
+                            continue;
+                        } else if i == r.i0 + r.len * r.istep {
+                            r.len += 1;
+                            continue;
+                        }
+                    }
+                }
+                runs.push(Run {
+                    p0: p,
+                    i0: i,
+                    len: 1,
+                    istep: 1,
+                });
+            }
+            runs
+        })
+        .collect()
+}
+
+/// Flattened plan: for each flat kernel offset `ku` (row-major over kernel spatial dims),
+/// `entries[starts[ku]..starts[ku+1]]` are runs of (input spatial offset, output spatial offset,
+/// length, input step) in flat (row-major) spatial coordinates, the output step being 1.
+/// Within one kernel offset the output positions of all runs are disjoint.
+struct Plan {
+    starts: Vec<usize>,
+    entries: Vec<Run>,
+}
+
+fn build_plan(dims: &Dims, geo: &ConvGeometry) -> Plan {
+    let d = dims.xs.len();
+    let maps: Vec<Vec<Vec<Run>>> = (0..d)
+        .map(|i| {
+            dim_runs(
+                dims.xs[i],
+                dims.ks[i],
+                dims.ys[i],
+                geo.strides[i],
+                geo.lhs_dilation[i],
+                geo.rhs_dilation[i],
+                geo.padding[i].0,
+            )
+        })
+        .collect();
+    // Row-major strides of the input and output spatial blocks.
+    let mut xst = vec![1usize; d];
+    let mut yst = vec![1usize; d];
+    for i in (0..d.saturating_sub(1)).rev() {
+        xst[i] = xst[i + 1] * dims.xs[i + 1];
+        yst[i] = yst[i + 1] * dims.ys[i + 1];
+    }
+    let k_len = dims.k_len();
+    let mut starts = Vec::with_capacity(k_len + 1);
+    let mut entries = Vec::new();
+    let mut u = vec![0usize; d];
+    for _ in 0..k_len {
+        starts.push(entries.len());
+        expand(&maps, &u, &xst, &yst, 0, 0, 0, &mut entries);
+        // Advance the row-major kernel multi-index.
+        for i in (0..d).rev() {
+            u[i] += 1;
+            if u[i] < dims.ks[i] {
+                break;
+            }
+            u[i] = 0;
+        }
+    }
+    starts.push(entries.len());
+    Plan { starts, entries }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn expand(
+    maps: &[Vec<Vec<Run>>],
+    u: &[usize],
+    xst: &[usize],
+    yst: &[usize],
+    dim: usize,
+    in_off: usize,
+    out_off: usize,
+    out: &mut Vec<Run>,
+) {
+    let runs = &maps[dim][u[dim]];
+    if dim + 1 == maps.len() {
+        out.extend(runs.iter().map(|r| Run {
+            p0: out_off + r.p0,
+            i0: in_off + r.i0,
+            len: r.len,
+            istep: r.istep,
+        }));
+    } else {
+        for r in runs {
+            for j in 0..r.len {
+                expand(
+                    maps,
+                    u,
+                    xst,
+                    yst,
+                    dim + 1,
+                    in_off + (r.i0 + j * r.istep) * xst[dim],
+                    out_off + (r.p0 + j) * yst[dim],
+                    out,
+                );
+            }
+        }
+    }
+}
+
+/// Fills `col` ((Cg*K) x P, row-major) from the Cg input planes in `xg` (Cg x S, row-major).
+/// Positions not covered by the plan are never written (they stay zero).
+fn im2col<T: Copy>(plan: &Plan, xg: &[T], s_in: usize, p_len: usize, cg: usize, col: &mut [T]) {
+    let k_len = plan.starts.len() - 1;
+    for c in 0..cg {
+        let plane = &xg[c * s_in..(c + 1) * s_in];
+        for ku in 0..k_len {
+            let row_start = (c * k_len + ku) * p_len;
+            let row = &mut col[row_start..row_start + p_len];
+            for r in &plan.entries[plan.starts[ku]..plan.starts[ku + 1]] {
+                let dst = &mut row[r.p0..r.p0 + r.len];
+                if r.istep == 1 {
+                    dst.copy_from_slice(&plane[r.i0..r.i0 + r.len]);
+                } else {
+                    for (j, v) in dst.iter_mut().enumerate() {
+                        *v = plane[r.i0 + j * r.istep];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds `col` ((Cg*K) x P) into the Cg input planes `xg` (Cg x S): the adjoint of `im2col`.
+fn col2im<T: Float>(plan: &Plan, col: &[T], s_in: usize, p_len: usize, cg: usize, xg: &mut [T]) {
+    let k_len = plan.starts.len() - 1;
+    for c in 0..cg {
+        let plane = &mut xg[c * s_in..(c + 1) * s_in];
+        for ku in 0..k_len {
+            let row_start = (c * k_len + ku) * p_len;
+            let row = &col[row_start..row_start + p_len];
+            for r in &plan.entries[plan.starts[ku]..plan.starts[ku + 1]] {
+                let src = &row[r.p0..r.p0 + r.len];
+                if r.istep == 1 {
+                    for (d, &v) in plane[r.i0..r.i0 + r.len].iter_mut().zip(src) {
+                        *d = *d + v;
+                    }
+                } else {
+                    for (j, &v) in src.iter().enumerate() {
+                        let d = &mut plane[r.i0 + j * r.istep];
+                        *d = *d + v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn contiguous<'a, T>(
+    a: &'a ndarray::CowArray<'_, T, IxDyn>,
+    what: &str,
+) -> Result<&'a [T], String> {
+    a.as_slice()
+        .ok_or_else(|| format!("conv: internal error: {what} is not contiguous"))
+}
+
+fn shape_err<E: std::fmt::Display>(e: E) -> String {
+    format!("conv: internal shape error: {e}")
+}
+
+/// Forward convolution: y[n,o,p] = Σ_{c in group(o), u} xpad[n, c, p*stride + u*rhs_dil] * k[o, c - group_start, u].
+pub fn conv_forward<T>(
+    x: &ArrayViewD<T>,
+    k: &ArrayViewD<T>,
+    geo: &ConvGeometry,
+) -> Result<ArrayD<T>, String>
+where
+    T: Float + 'static + Send + Sync,
+{
+    let dims = check_dims(x.shape(), k.shape(), geo)?;
+    let mut y = ArrayD::<T>::zeros(IxDyn(&dims.y_shape()));
+    let (cg, og, s_in, k_len, p_len) = (
+        dims.cg(),
+        dims.og(),
+        dims.s_in(),
+        dims.k_len(),
+        dims.p_len(),
+    );
+    if y.is_empty() || cg * k_len == 0 {
+        return Ok(y);
+    }
+    let xc = x.as_standard_layout();
+    let kc = k.as_standard_layout();
+    let xs = contiguous(&xc, "x")?;
+    let ks = contiguous(&kc, "k")?;
+    let plan = build_plan(&dims, geo);
+    let ck = cg * k_len;
+    let kmat = ArrayView2::from_shape((dims.o, ck), ks).map_err(shape_err)?;
+    let mut col = vec![T::zero(); ck * p_len];
+    let ys = y
+        .as_slice_mut()
+        .ok_or_else(|| "conv: internal error: y is not contiguous".to_string())?;
+    for n in 0..dims.n {
+        for g in 0..dims.groups {
+            let x_off = (n * dims.c + g * cg) * s_in;
+            im2col(
+                &plan,
+                &xs[x_off..x_off + cg * s_in],
+                s_in,
+                p_len,
+                cg,
+                &mut col,
+            );
+            let colv = ArrayView2::from_shape((ck, p_len), &col[..]).map_err(shape_err)?;
+            let y_off = (n * dims.o + g * og) * p_len;
+            let mut yv = ArrayViewMut2::from_shape((og, p_len), &mut ys[y_off..y_off + og * p_len])
+                .map_err(shape_err)?;
+            let kg = kmat.slice(ndarray::s![g * og..(g + 1) * og, ..]);
+            general_mat_mul(T::one(), &kg, &colv, T::zero(), &mut yv);
+        }
+    }
+    Ok(y)
+}
+
+/// Adjoint w.r.t. x: given ct shaped like y, returns an x-shaped array (x_shape given in full: N, C, spatial).
+pub fn conv_transpose_lhs<T>(
+    ct: &ArrayViewD<T>,
+    k: &ArrayViewD<T>,
+    geo: &ConvGeometry,
+    x_shape: &[usize],
+) -> Result<ArrayD<T>, String>
+where
+    T: Float + 'static + Send + Sync,
+{
+    let dims = check_dims(x_shape, k.shape(), geo)?;
+    if ct.shape() != dims.y_shape().as_slice() {
+        return Err(format!(
+            "conv_transpose_lhs: cotangent shape {:?} does not match output shape {:?}",
+            ct.shape(),
+            dims.y_shape()
+        ));
+    }
+    let mut dx = ArrayD::<T>::zeros(IxDyn(&dims.x_shape()));
+    let (cg, og, s_in, k_len, p_len) = (
+        dims.cg(),
+        dims.og(),
+        dims.s_in(),
+        dims.k_len(),
+        dims.p_len(),
+    );
+    if dx.is_empty() || ct.is_empty() || cg * k_len == 0 {
+        return Ok(dx);
+    }
+    let ctc = ct.as_standard_layout();
+    let kc = k.as_standard_layout();
+    let cts = contiguous(&ctc, "ct")?;
+    let ks = contiguous(&kc, "k")?;
+    let plan = build_plan(&dims, geo);
+    let ck = cg * k_len;
+    let kmat = ArrayView2::from_shape((dims.o, ck), ks).map_err(shape_err)?;
+    let mut col = vec![T::zero(); ck * p_len];
+    let dxs = dx
+        .as_slice_mut()
+        .ok_or_else(|| "conv: internal error: dx is not contiguous".to_string())?;
+    for n in 0..dims.n {
+        for g in 0..dims.groups {
+            let c_off = (n * dims.o + g * og) * p_len;
+            let ctv = ArrayView2::from_shape((og, p_len), &cts[c_off..c_off + og * p_len])
+                .map_err(shape_err)?;
+            let kg = kmat.slice(ndarray::s![g * og..(g + 1) * og, ..]);
+            {
+                let mut colv =
+                    ArrayViewMut2::from_shape((ck, p_len), &mut col[..]).map_err(shape_err)?;
+                general_mat_mul(T::one(), &kg.t(), &ctv, T::zero(), &mut colv);
+            }
+            let x_off = (n * dims.c + g * cg) * s_in;
+            col2im(
+                &plan,
+                &col,
+                s_in,
+                p_len,
+                cg,
+                &mut dxs[x_off..x_off + cg * s_in],
+            );
+        }
+    }
+    Ok(dx)
+}
+
+/// Adjoint w.r.t. k: given x and ct shaped like y, returns a kernel-shaped array (k_shape given in full: O, C/G, kspatial).
+pub fn conv_transpose_rhs<T>(
+    x: &ArrayViewD<T>,
+    ct: &ArrayViewD<T>,
+    geo: &ConvGeometry,
+    k_shape: &[usize],
+) -> Result<ArrayD<T>, String>
+where
+    T: Float + 'static + Send + Sync,
+{
+    let dims = check_dims(x.shape(), k_shape, geo)?;
+    if ct.shape() != dims.y_shape().as_slice() {
+        return Err(format!(
+            "conv_transpose_rhs: cotangent shape {:?} does not match output shape {:?}",
+            ct.shape(),
+            dims.y_shape()
+        ));
+    }
+    let mut dk = ArrayD::<T>::zeros(IxDyn(&dims.k_shape()));
+    let (cg, og, s_in, k_len, p_len) = (
+        dims.cg(),
+        dims.og(),
+        dims.s_in(),
+        dims.k_len(),
+        dims.p_len(),
+    );
+    if dk.is_empty() || ct.is_empty() || x.is_empty() {
+        return Ok(dk);
+    }
+    let xc = x.as_standard_layout();
+    let ctc = ct.as_standard_layout();
+    let xs = contiguous(&xc, "x")?;
+    let cts = contiguous(&ctc, "ct")?;
+    let plan = build_plan(&dims, geo);
+    let ck = cg * k_len;
+    let mut col = vec![T::zero(); ck * p_len];
+    let dks = dk
+        .as_slice_mut()
+        .ok_or_else(|| "conv: internal error: dk is not contiguous".to_string())?;
+    let mut dkmat = ArrayViewMut2::from_shape((dims.o, ck), dks).map_err(shape_err)?;
+    for n in 0..dims.n {
+        for g in 0..dims.groups {
+            let x_off = (n * dims.c + g * cg) * s_in;
+            im2col(
+                &plan,
+                &xs[x_off..x_off + cg * s_in],
+                s_in,
+                p_len,
+                cg,
+                &mut col,
+            );
+            let colv = ArrayView2::from_shape((ck, p_len), &col[..]).map_err(shape_err)?;
+            let c_off = (n * dims.o + g * og) * p_len;
+            let ctv = ArrayView2::from_shape((og, p_len), &cts[c_off..c_off + og * p_len])
+                .map_err(shape_err)?;
+            let mut dkg = dkmat.slice_mut(ndarray::s![g * og..(g + 1) * og, ..]);
+            general_mat_mul(T::one(), &ctv, &colv.t(), T::one(), &mut dkg);
+        }
+    }
+    Ok(dk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{ArrayD, Dimension, IxDyn};
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next_u64(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            self.0 >> 33
+        }
+        fn uniform(&mut self) -> f64 {
+            (self.next_u64() as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+        }
+        /// Uniform integer in [lo, hi].
+        fn range(&mut self, lo: i64, hi: i64) -> i64 {
+            lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+        }
+        fn array(&mut self, shape: &[usize]) -> ArrayD<f64> {
+            ArrayD::from_shape_fn(IxDyn(shape), |_| self.uniform())
+        }
+    }
+
+    /// All row-major multi-indices of `shape`.
+    fn multi(shape: &[usize]) -> Vec<Vec<usize>> {
+        ndarray::indices(IxDyn(shape))
+            .into_iter()
+            .map(|ix| ix.slice().to_vec())
+            .collect()
+    }
+
+    /// Naive index map: input multi-index read by output position p and kernel offset u, if any.
+    fn src_index(geo: &ConvGeometry, xs: &[usize], p: &[usize], u: &[usize]) -> Option<Vec<usize>> {
+        let mut out = Vec::new();
+        for i in 0..xs.len() {
+            let q = (p[i] * geo.strides[i] + u[i] * geo.rhs_dilation[i]) as i64 - geo.padding[i].0;
+            let ld = geo.lhs_dilation[i] as i64;
+            if q < 0 || q % ld != 0 || q / ld >= xs[i] as i64 {
+                return None;
+            }
+            out.push((q / ld) as usize);
+        }
+        Some(out)
+    }
+
+    /// Visits every (x index, k index, y index) triple contributing to the convolution.
+    fn naive_visit(
+        xshape: &[usize],
+        kshape: &[usize],
+        geo: &ConvGeometry,
+        mut f: impl FnMut(&[usize], &[usize], &[usize]),
+    ) {
+        let ys = geo.output_spatial(&xshape[2..], &kshape[2..]).unwrap();
+        let (o_total, cg) = (kshape[0], kshape[1]);
+        let og = o_total / geo.feature_group_count;
+        for n in 0..xshape[0] {
+            for o in 0..o_total {
+                let g = o / og;
+                for p in multi(&ys) {
+                    for cl in 0..cg {
+                        for u in multi(&kshape[2..]) {
+                            if let Some(i) = src_index(geo, &xshape[2..], &p, &u) {
+                                let xi: Vec<usize> =
+                                    [n, g * cg + cl].iter().chain(&i).copied().collect();
+                                let ki: Vec<usize> = [o, cl].iter().chain(&u).copied().collect();
+                                let yi: Vec<usize> = [n, o].iter().chain(&p).copied().collect();
+                                f(&xi, &ki, &yi);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn naive_forward(x: &ArrayD<f64>, k: &ArrayD<f64>, geo: &ConvGeometry) -> ArrayD<f64> {
+        let ys = geo
+            .output_spatial(&x.shape()[2..], &k.shape()[2..])
+            .unwrap();
+        let yshape: Vec<usize> = [x.shape()[0], k.shape()[0]]
+            .iter()
+            .chain(&ys)
+            .copied()
+            .collect();
+        let mut y = ArrayD::zeros(IxDyn(&yshape));
+        naive_visit(x.shape(), k.shape(), geo, |xi, ki, yi| {
+            y[IxDyn(yi)] += x[IxDyn(xi)] * k[IxDyn(ki)];
+        });
+        y
+    }
+
+    fn naive_transposes(
+        x: &ArrayD<f64>,
+        k: &ArrayD<f64>,
+        ct: &ArrayD<f64>,
+        geo: &ConvGeometry,
+    ) -> (ArrayD<f64>, ArrayD<f64>) {
+        let mut dx = ArrayD::zeros(x.raw_dim());
+        let mut dk = ArrayD::zeros(k.raw_dim());
+        naive_visit(x.shape(), k.shape(), geo, |xi, ki, yi| {
+            dx[IxDyn(xi)] += ct[IxDyn(yi)] * k[IxDyn(ki)];
+            dk[IxDyn(ki)] += ct[IxDyn(yi)] * x[IxDyn(xi)];
+        });
+        (dx, dk)
+    }
+
+    fn dot(a: &ArrayD<f64>, b: &ArrayD<f64>) -> f64 {
+        assert_eq!(a.shape(), b.shape());
+        a.iter().zip(b.iter()).map(|(x, y)| x * y).sum()
+    }
+
+    fn assert_close(a: &ArrayD<f64>, b: &ArrayD<f64>, what: &str) {
+        assert_eq!(a.shape(), b.shape(), "{what}: shapes");
+        for (p, q) in a.iter().zip(b.iter()) {
+            assert!(
+                (p - q).abs() <= 1e-12 * (1.0 + q.abs()),
+                "{what}: {p} vs {q}"
+            );
+        }
+    }
+
+    fn rel_close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-10 * a.abs().max(b.abs()).max(1e-300) || (a == 0.0 && b == 0.0)
+    }
+
+    fn random_case(rng: &mut Lcg, d: usize) -> (Vec<usize>, Vec<usize>, ConvGeometry) {
+        let g = rng.range(1, 3) as usize;
+        let cg = rng.range(1, 3) as usize;
+        let og = rng.range(1, 2) as usize;
+        let n = rng.range(1, 2) as usize;
+        let mut xshape = vec![n, g * cg];
+        let mut kshape = vec![g * og, cg];
+        let mut geo = ConvGeometry {
+            strides: vec![],
+            padding: vec![],
+            lhs_dilation: vec![],
+            rhs_dilation: vec![],
+            feature_group_count: g,
+        };
+        for _ in 0..d {
+            xshape.push(rng.range(1, 7) as usize);
+            kshape.push(rng.range(1, 3) as usize);
+            geo.strides.push(rng.range(1, 3) as usize);
+            geo.lhs_dilation.push(rng.range(1, 3) as usize);
+            geo.rhs_dilation.push(rng.range(1, 2) as usize);
+            geo.padding.push((rng.range(-2, 3), rng.range(-2, 3)));
+        }
+        (xshape, kshape, geo)
+    }
+
+    #[test]
+    fn random_cases_match_naive_and_are_adjoint() {
+        let mut rng = Lcg(12345);
+        let mut nonempty = 0;
+        for case in 0..300 {
+            let d = 1 + case % 3;
+            let (xshape, kshape, geo) = random_case(&mut rng, d);
+            let x = rng.array(&xshape);
+            let k = rng.array(&kshape);
+            let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+            assert_close(
+                &y,
+                &naive_forward(&x, &k, &geo),
+                &format!("forward {xshape:?} {kshape:?} {geo:?}"),
+            );
+            let ct = rng.array(y.shape());
+            let dx = conv_transpose_lhs(&ct.view(), &k.view(), &geo, &xshape).unwrap();
+            let dk = conv_transpose_rhs(&x.view(), &ct.view(), &geo, &kshape).unwrap();
+            let (ndx, ndk) = naive_transposes(&x, &k, &ct, &geo);
+            assert_close(&dx, &ndx, &format!("lhs {xshape:?} {kshape:?} {geo:?}"));
+            assert_close(&dk, &ndk, &format!("rhs {xshape:?} {kshape:?} {geo:?}"));
+            let (a, b, c) = (dot(&ct, &y), dot(&dx, &x), dot(&dk, &k));
+            assert!(
+                rel_close(a, b) && rel_close(a, c),
+                "adjoint {a} {b} {c} for {geo:?}"
+            );
+            if !y.is_empty() {
+                nonempty += 1;
+            }
+        }
+        assert!(nonempty > 200, "too few non-empty cases: {nonempty}");
+    }
+
+    #[test]
+    fn adjoint_on_benchmark_like_shape() {
+        let mut rng = Lcg(99);
+        let xshape = [2usize, 4, 9, 8];
+        let kshape = [6usize, 2, 3, 3];
+        let geo = ConvGeometry {
+            strides: vec![1, 2],
+            padding: vec![same_padding(9, 3, 1, 1), same_padding(8, 3, 2, 1)],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![1, 1],
+            feature_group_count: 2,
+        };
+        let x = rng.array(&xshape);
+        let k = rng.array(&kshape);
+        let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+        assert_eq!(y.shape(), &[2, 6, 9, 4]);
+        assert_close(&y, &naive_forward(&x, &k, &geo), "forward");
+        let ct = rng.array(y.shape());
+        let dx = conv_transpose_lhs(&ct.view(), &k.view(), &geo, &xshape).unwrap();
+        let dk = conv_transpose_rhs(&x.view(), &ct.view(), &geo, &kshape).unwrap();
+        let (a, b, c) = (dot(&ct, &y), dot(&dx, &x), dot(&dk, &k));
+        assert!(rel_close(a, b) && rel_close(a, c), "adjoint {a} {b} {c}");
+    }
+
+    #[test]
+    fn simple_1d_by_hand() {
+        let x = ndarray::arr3(&[[[1.0, 2.0, 3.0]]]).into_dyn();
+        let k = ndarray::arr3(&[[[1.0, 10.0]]]).into_dyn();
+        let mut geo = ConvGeometry {
+            strides: vec![1],
+            padding: vec![(0, 0)],
+            lhs_dilation: vec![1],
+            rhs_dilation: vec![1],
+            feature_group_count: 1,
+        };
+        let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+        assert_eq!(y, ndarray::arr3(&[[[21.0, 32.0]]]).into_dyn());
+        // Input dilation 2 + padding 1: xpad = [0, 1, 0, 2, 0, 3, 0].
+        geo.lhs_dilation = vec![2];
+        geo.padding = vec![(1, 1)];
+        let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+        assert_eq!(
+            y,
+            ndarray::arr3(&[[[10.0, 1.0, 20.0, 2.0, 30.0, 3.0]]]).into_dyn()
+        );
+    }
+
+    #[test]
+    fn non_standard_layout_inputs() {
+        let mut rng = Lcg(5);
+        let geo = ConvGeometry {
+            strides: vec![1, 1],
+            padding: vec![(1, 0), (0, 1)],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![2, 1],
+            feature_group_count: 1,
+        };
+        // x stored as (N, H, W, C) and viewed as (N, C, H, W).
+        let x_nhwc = rng.array(&[2, 5, 4, 3]);
+        let x = x_nhwc.view().permuted_axes(IxDyn(&[0, 3, 1, 2]));
+        let k = rng.array(&[2, 3, 2, 2]);
+        let y = conv_forward(&x, &k.view(), &geo).unwrap();
+        assert_close(&y, &naive_forward(&x.to_owned(), &k, &geo), "forward");
+    }
+
+    #[test]
+    fn f32_matches_f64() {
+        let mut rng = Lcg(42);
+        let xshape = [2usize, 16, 8, 8];
+        let kshape = [32usize, 16, 3, 3];
+        let geo = ConvGeometry {
+            strides: vec![1, 1],
+            padding: vec![same_padding(8, 3, 1, 1); 2],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![1, 1],
+            feature_group_count: 1,
+        };
+        let x = rng.array(&xshape);
+        let k = rng.array(&kshape);
+        let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+        let y32 = conv_forward(
+            &x.mapv(|v| v as f32).view(),
+            &k.mapv(|v| v as f32).view(),
+            &geo,
+        )
+        .unwrap();
+        for (a, b) in y.iter().zip(y32.iter()) {
+            assert!((a - *b as f64).abs() < 1e-4, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn same_padding_values() {
+        assert_eq!(same_padding(32, 3, 1, 1), (1, 1));
+        assert_eq!(same_padding(5, 2, 2, 1), (0, 1));
+        assert_eq!(same_padding(4, 1, 2, 1), (0, 0));
+        assert_eq!(same_padding(10, 3, 1, 2), (2, 2));
+        assert_eq!(same_padding(7, 4, 3, 1), (1, 2));
+        for n in 1..12 {
+            for k in 1..5 {
+                for s in 1..4 {
+                    for dil in 1..3 {
+                        let geo = ConvGeometry {
+                            strides: vec![s],
+                            padding: vec![same_padding(n, k, s, dil)],
+                            lhs_dilation: vec![1],
+                            rhs_dilation: vec![dil],
+                            feature_group_count: 1,
+                        };
+                        assert_eq!(geo.output_spatial(&[n], &[k]).unwrap(), vec![n.div_ceil(s)]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn output_spatial_edge_cases() {
+        let geo = ConvGeometry {
+            strides: vec![2, 1],
+            padding: vec![(-1, -1), (0, 0)],
+            lhs_dilation: vec![3, 1],
+            rhs_dilation: vec![1, 2],
+            feature_group_count: 1,
+        };
+        // dim0: dilated 3*(4-1)+1 = 10, padded 8, k=3 -> (8-3)/2+1 = 3; dim1: dilated_k 5 > 4 -> 0.
+        assert_eq!(geo.output_spatial(&[4, 4], &[3, 3]).unwrap(), vec![3, 0]);
+        assert!(geo.output_spatial(&[4], &[3]).is_err());
+        // Empty output: forward gives an empty array, transposes give zeros.
+        let x = ArrayD::<f64>::ones(IxDyn(&[1, 1, 4, 4]));
+        let k = ArrayD::<f64>::ones(IxDyn(&[1, 1, 3, 3]));
+        let y = conv_forward(&x.view(), &k.view(), &geo).unwrap();
+        assert_eq!(y.shape(), &[1, 1, 3, 0]);
+        let dx = conv_transpose_lhs(&y.view(), &k.view(), &geo, &[1, 1, 4, 4]).unwrap();
+        assert!(dx.iter().all(|&v| v == 0.0));
+        let dk = conv_transpose_rhs(&x.view(), &y.view(), &geo, &[1, 1, 3, 3]).unwrap();
+        assert!(dk.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn shape_errors() {
+        let geo = ConvGeometry {
+            strides: vec![1],
+            padding: vec![(0, 0)],
+            lhs_dilation: vec![1],
+            rhs_dilation: vec![1],
+            feature_group_count: 2,
+        };
+        let x = ArrayD::<f64>::zeros(IxDyn(&[1, 4, 5]));
+        // Kernel must have C/G = 2 input channels.
+        let k_bad = ArrayD::<f64>::zeros(IxDyn(&[2, 4, 3]));
+        assert!(conv_forward(&x.view(), &k_bad.view(), &geo).is_err());
+        // O not divisible by G.
+        let k_odd = ArrayD::<f64>::zeros(IxDyn(&[3, 2, 3]));
+        assert!(conv_forward(&x.view(), &k_odd.view(), &geo).is_err());
+        // Rank mismatch / missing spatial dims.
+        let k2 = ArrayD::<f64>::zeros(IxDyn(&[2, 2, 3, 3]));
+        assert!(conv_forward(&x.view(), &k2.view(), &geo).is_err());
+        let x2 = ArrayD::<f64>::zeros(IxDyn(&[1, 4]));
+        assert!(conv_forward(&x2.view(), &x2.view(), &geo).is_err());
+        // Geometry length mismatch and zero stride.
+        let k = ArrayD::<f64>::zeros(IxDyn(&[2, 2, 3]));
+        let mut g2 = geo.clone();
+        g2.strides = vec![1, 1];
+        assert!(conv_forward(&x.view(), &k.view(), &g2).is_err());
+        g2.strides = vec![0];
+        assert!(conv_forward(&x.view(), &k.view(), &g2).is_err());
+        // Cotangent shape mismatch.
+        let ct = ArrayD::<f64>::zeros(IxDyn(&[1, 2, 4]));
+        assert!(conv_transpose_lhs(&ct.view(), &k.view(), &geo, &[1, 4, 5]).is_err());
+        assert!(conv_transpose_rhs(&x.view(), &ct.view(), &geo, &[2, 2, 3]).is_err());
+        let ct_ok = ArrayD::<f64>::zeros(IxDyn(&[1, 2, 3]));
+        assert!(conv_transpose_lhs(&ct_ok.view(), &k.view(), &geo, &[1, 4, 5]).is_ok());
+        assert!(conv_transpose_rhs(&x.view(), &ct_ok.view(), &geo, &[2, 2, 3]).is_ok());
+    }
+}

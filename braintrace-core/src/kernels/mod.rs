@@ -1,0 +1,4 @@
+//! Plain ndarray kernels used by the core ops' eval rules.
+
+pub mod conv;
+pub mod gather;

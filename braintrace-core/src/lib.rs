@@ -1,0 +1,21 @@
+//! braintrace-core: the tracing core (tensors, core ops, graph IR,
+//! transforms), the ETP primitive framework and the built-in primitives.
+//! Users normally depend on the `braintrace` facade instead.
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod graph;
+pub mod kernels;
+pub mod ops;
+pub mod tensor;
+pub mod transform;
+
+pub use error::{Error, Result};
+pub use graph::{Graph, LinearArg, Primitive};
+pub use ops::{concat, stack, where_};
+pub use tensor::{ArrayData, Aval, DType, Tensor};
+pub use transform::{
+    eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, vjp, vmap, vmap_out, Jit,
+    VjpFn,
+};

@@ -1,0 +1,840 @@
+//! Element-wise core ops: unary math, binary arithmetic on equal shapes,
+//! scalar ops, comparisons, select, cast and stop_gradient.
+
+use super::{bcast_to_batch, lift, zeros_for};
+use crate::error::{Error, Result};
+use crate::graph::{bind1, LinearArg, Primitive};
+use crate::tensor::{ArrayData, Aval, DType, Tensor};
+use crate::{map_float, map_float2};
+use ndarray::{ArrayD, Zip};
+use num_traits::Float;
+use std::any::Any;
+use std::sync::Arc;
+
+fn same_avals(op: &str, a: &Aval, b: &Aval) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(Error::shape(
+            op,
+            format!("{a} and {b}"),
+            "operands must have equal shapes",
+        ));
+    }
+    if a.dtype() != b.dtype() {
+        return Err(Error::dtype(
+            op,
+            format!("operands have dtypes {} and {}", a.dtype(), b.dtype()),
+        ));
+    }
+    Ok(())
+}
+
+fn float_aval(op: &str, a: &Aval) -> Result<()> {
+    if a.dtype().is_float() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            op,
+            format!("expected a float operand, got {a}"),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- unary
+
+/// Unary element-wise functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// `tanh x`
+    Tanh,
+    /// logistic sigmoid
+    Sigmoid,
+    /// `max(x, 0)`
+    Relu,
+    /// square root
+    Sqrt,
+    /// absolute value
+    Abs,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
+    /// `x*x`
+    Square,
+    /// `1/x`
+    Reciprocal,
+    /// `log(1 + e^x)`
+    Softplus,
+    /// Heaviside step `1[x > 0]` as a float (zero derivative); also the derivative of relu.
+    Step,
+    /// sign of x (zero derivative)
+    Sign,
+}
+
+impl UnaryOp {
+    fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "logistic",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Square => "square",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Softplus => "softplus",
+            UnaryOp::Step => "step",
+            UnaryOp::Sign => "sign",
+        }
+    }
+    fn apply<T: Float>(self, x: T) -> T {
+        let one = T::one();
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => {
+                if x >= T::zero() {
+                    one / (one + (-x).exp())
+                } else {
+                    let e = x.exp();
+                    e / (one + e)
+                }
+            }
+            UnaryOp::Relu => x.max(T::zero()),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Reciprocal => one / x,
+            UnaryOp::Softplus => {
+                // log(1+e^x) = max(x,0) + log1p(e^-|x|), stable for large |x|.
+                x.max(T::zero()) + (-x.abs()).exp().ln_1p()
+            }
+            UnaryOp::Step => {
+                if x > T::zero() {
+                    one
+                } else {
+                    T::zero()
+                }
+            }
+            UnaryOp::Sign => {
+                if x > T::zero() {
+                    one
+                } else if x < T::zero() {
+                    -one
+                } else {
+                    T::zero()
+                }
+            }
+        }
+    }
+}
+
+/// A unary element-wise op.
+#[derive(Clone, Debug)]
+pub struct Unary(pub UnaryOp);
+
+impl Primitive for Unary {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        float_aval(&self.name(), &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        let op = self.0;
+        let d = map_float!(inputs[0].data_for(op.name())?, op.name(), |a| a
+            .mapv(|v| op.apply(v)))?;
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let x = &p[0];
+        let y = unary(self.0, x)?;
+        let Some(t) = &t[0] else {
+            return Ok((vec![y], vec![None]));
+        };
+        let dt = match self.0 {
+            UnaryOp::Neg => t.neg()?,
+            UnaryOp::Exp => t.mul(&y)?,
+            UnaryOp::Log => t.div(x)?,
+            UnaryOp::Tanh => t.mul(&y.square()?.rsub_scalar(1.0)?)?,
+            UnaryOp::Sigmoid => t.mul(&y.mul(&y.rsub_scalar(1.0)?)?)?,
+            UnaryOp::Relu => t.mul(&x.step()?)?,
+            UnaryOp::Sqrt => t.div(&y)?.mul_scalar(0.5)?,
+            UnaryOp::Abs => t.mul(&x.sign()?)?,
+            UnaryOp::Sin => t.mul(&x.cos()?)?,
+            UnaryOp::Cos => t.mul(&x.sin()?)?.neg()?,
+            UnaryOp::Square => t.mul(x)?.mul_scalar(2.0)?,
+            UnaryOp::Reciprocal => t.mul(&y.square()?)?.neg()?,
+            UnaryOp::Softplus => t.mul(&x.sigmoid()?)?,
+            UnaryOp::Step | UnaryOp::Sign => return Ok((vec![y], vec![None])),
+        };
+        Ok((vec![y], vec![Some(dt)]))
+    }
+    fn transpose(
+        &self,
+        cts: &[Option<Tensor>],
+        _args: &[LinearArg],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match self.0 {
+            UnaryOp::Neg => Ok(vec![cts[0].as_ref().map(Tensor::neg).transpose()?]),
+            _ => Err(Error::MissingRule {
+                primitive: self.name(),
+                rule: "transpose".into(),
+                detail: " (not linear)".into(),
+            }),
+        }
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((vec![unary(self.0, &args[0])?], vec![batched[0]]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Apply a unary op.
+pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    bind1(Arc::new(Unary(op)), std::slice::from_ref(x))
+}
+
+// ---------------------------------------------------------------- binary
+
+/// Binary element-wise functions on operands of equal shape and dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// element-wise maximum
+    Max,
+    /// element-wise minimum
+    Min,
+    /// `a ^ b`
+    Pow,
+}
+
+impl BinaryOp {
+    fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Pow => "pow",
+        }
+    }
+    fn apply<T: Float>(self, a: T, b: T) -> T {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Pow => a.powf(b),
+        }
+    }
+}
+
+fn zip2<T: Float>(a: &ArrayD<T>, b: &ArrayD<T>, f: impl Fn(T, T) -> T) -> ArrayD<T> {
+    Zip::from(a).and(b).map_collect(|&x, &y| f(x, y))
+}
+
+/// A binary element-wise op (operands of equal shape; broadcasting happens
+/// in the `Tensor` methods before binding).
+#[derive(Clone, Debug)]
+pub struct Binary(pub BinaryOp);
+
+impl Primitive for Binary {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity(&self.name(), inputs, 2)?;
+        same_avals(&self.name(), &inputs[0], &inputs[1])?;
+        float_aval(&self.name(), &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let avals: Vec<Aval> = inputs.iter().map(Tensor::aval).collect();
+        self.abstract_eval(&avals)?;
+        let op = self.0;
+        let n = op.name();
+        let d = map_float2!(inputs[0].data_for(n)?, inputs[1].data_for(n)?, n, |a, b| {
+            zip2(a, b, |x, y| op.apply(x, y))
+        })?;
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let (a, b) = (&p[0], &p[1]);
+        let y = binary(self.0, a, b)?;
+        let (ta, tb) = (&t[0], &t[1]);
+        let dt = match self.0 {
+            BinaryOp::Add => add_opt(ta.clone(), tb.clone())?,
+            BinaryOp::Sub => add_opt(ta.clone(), tb.as_ref().map(Tensor::neg).transpose()?)?,
+            BinaryOp::Mul => add_opt(
+                ta.as_ref().map(|t| t.mul(b)).transpose()?,
+                tb.as_ref().map(|t| a.mul(t)).transpose()?,
+            )?,
+            BinaryOp::Div => {
+                let l = ta.as_ref().map(|t| t.div(b)).transpose()?;
+                let r = tb.as_ref().map(|t| t.mul(&y)?.div(b)?.neg()).transpose()?;
+                add_opt(l, r)?
+            }
+            BinaryOp::Max | BinaryOp::Min => {
+                let pick_a = if self.0 == BinaryOp::Max {
+                    a.ge(b)?
+                } else {
+                    a.le(b)?
+                };
+                match (ta, tb) {
+                    (None, None) => None,
+                    _ => {
+                        let ta = ta.clone().unwrap_or_else(|| a.zeros_like());
+                        let tb = tb.clone().unwrap_or_else(|| b.zeros_like());
+                        Some(select(&pick_a, &ta, &tb)?)
+                    }
+                }
+            }
+            BinaryOp::Pow => {
+                let l = ta
+                    .as_ref()
+                    .map(|t| t.mul(&b.mul(&a.pow(&b.add_scalar(-1.0)?)?)?))
+                    .transpose()?;
+                let r = tb.as_ref().map(|t| t.mul(&a.log()?.mul(&y)?)).transpose()?;
+                add_opt(l, r)?
+            }
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
+        let Some(ct) = &cts[0] else {
+            return Ok(vec![None, None]);
+        };
+        let lin = |i: usize| args[i].is_linear();
+        match self.0 {
+            BinaryOp::Add => Ok(vec![lin(0).then(|| ct.clone()), lin(1).then(|| ct.clone())]),
+            BinaryOp::Sub => Ok(vec![
+                lin(0).then(|| ct.clone()),
+                if lin(1) { Some(ct.neg()?) } else { None },
+            ]),
+            BinaryOp::Mul => {
+                if lin(0) && lin(1) {
+                    return Err(Error::invalid(
+                        "mul",
+                        "transpose of mul with both operands linear",
+                    ));
+                }
+                if lin(0) {
+                    Ok(vec![Some(ct.mul(args[1].known("mul")?)?), None])
+                } else {
+                    Ok(vec![None, Some(args[0].known("mul")?.mul(ct)?)])
+                }
+            }
+            BinaryOp::Div if lin(0) && !lin(1) => {
+                Ok(vec![Some(ct.div(args[1].known("div")?)?), None])
+            }
+            _ => Err(Error::MissingRule {
+                primitive: self.name(),
+                rule: "transpose".into(),
+                detail: " (not linear in these operands)".into(),
+            }),
+        }
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        let a = bcast_to_batch(&args[0], batched[0], size)?;
+        let b = bcast_to_batch(&args[1], batched[1], size)?;
+        Ok((vec![binary(self.0, &a, &b)?], vec![true]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Sum of optional tangents (`None` = zero).
+pub(crate) fn add_opt(a: Option<Tensor>, b: Option<Tensor>) -> Result<Option<Tensor>> {
+    Ok(match (a, b) {
+        (None, None) => None,
+        (Some(a), None) => Some(a),
+        (None, Some(b)) => Some(b),
+        (Some(a), Some(b)) => Some(binary(BinaryOp::Add, &a, &b)?),
+    })
+}
+
+/// Apply a binary op to equal-shaped operands (no broadcasting).
+pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    bind1(Arc::new(Binary(op)), &[a.clone(), b.clone()])
+}
+
+// ---------------------------------------------------------------- scalar
+
+/// Ops of a tensor and a static scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScalarOp {
+    /// `x + s`
+    Add,
+    /// `x * s`
+    Mul,
+    /// `s - x`
+    RSub,
+    /// `s / x`
+    RDiv,
+    /// `x ^ s`
+    Pow,
+    /// `max(x, s)`
+    Max,
+    /// `min(x, s)`
+    Min,
+}
+
+/// A tensor-scalar op; the scalar is a static parameter.
+#[derive(Clone, Debug)]
+pub struct Scalar {
+    /// Which op.
+    pub op: ScalarOp,
+    /// The scalar.
+    pub value: f64,
+}
+
+impl Scalar {
+    fn kernel_name(&self) -> &'static str {
+        match self.op {
+            ScalarOp::Add => "add_scalar",
+            ScalarOp::Mul => "mul_scalar",
+            ScalarOp::RSub => "rsub_scalar",
+            ScalarOp::RDiv => "rdiv_scalar",
+            ScalarOp::Pow => "pow_scalar",
+            ScalarOp::Max => "max_scalar",
+            ScalarOp::Min => "min_scalar",
+        }
+    }
+    fn apply<T: Float>(&self, x: T) -> T {
+        let s = T::from(self.value).expect("f64 converts to a float type");
+        match self.op {
+            ScalarOp::Add => x + s,
+            ScalarOp::Mul => x * s,
+            ScalarOp::RSub => s - x,
+            ScalarOp::RDiv => s / x,
+            ScalarOp::Pow => x.powf(s),
+            ScalarOp::Max => x.max(s),
+            ScalarOp::Min => x.min(s),
+        }
+    }
+}
+
+impl Primitive for Scalar {
+    fn name(&self) -> String {
+        self.kernel_name().to_string()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![("s".into(), format!("{}", self.value))]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        float_aval(&self.name(), &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        let n = self.kernel_name();
+        let d = map_float!(inputs[0].data_for(n)?, n, |a| a.mapv(|v| self.apply(v)))?;
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let x = &p[0];
+        let y = bind1(Arc::new(self.clone()), std::slice::from_ref(x))?;
+        let Some(t) = &t[0] else {
+            return Ok((vec![y], vec![None]));
+        };
+        let s = self.value;
+        let dt = match self.op {
+            ScalarOp::Add => t.clone(),
+            ScalarOp::Mul => t.mul_scalar(s)?,
+            ScalarOp::RSub => t.neg()?,
+            ScalarOp::RDiv => t.mul(&y.square()?)?.mul_scalar(-1.0 / s)?,
+            ScalarOp::Pow => t.mul(&x.pow_scalar(s - 1.0)?)?.mul_scalar(s)?,
+            ScalarOp::Max => t.mul(&x.add_scalar(-s)?.step()?)?,
+            ScalarOp::Min => t.mul(&x.rsub_scalar(s)?.step()?)?,
+        };
+        Ok((vec![y], vec![Some(dt)]))
+    }
+    fn transpose(
+        &self,
+        cts: &[Option<Tensor>],
+        _args: &[LinearArg],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match self.op {
+            ScalarOp::Mul => Ok(vec![cts[0]
+                .as_ref()
+                .map(|c| c.mul_scalar(self.value))
+                .transpose()?]),
+            _ => Err(Error::MissingRule {
+                primitive: self.name(),
+                rule: "transpose".into(),
+                detail: " (not linear)".into(),
+            }),
+        }
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((
+            vec![bind1(Arc::new(self.clone()), &args[..1])?],
+            vec![batched[0]],
+        ))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Apply a tensor-scalar op.
+pub fn scalar_op(op: ScalarOp, x: &Tensor, value: f64) -> Result<Tensor> {
+    bind1(Arc::new(Scalar { op, value }), std::slice::from_ref(x))
+}
+
+// ---------------------------------------------------------------- compare
+
+/// Comparisons, producing bool tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareOp {
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+}
+
+/// An element-wise comparison of equal-shaped operands (no derivative).
+#[derive(Clone, Debug)]
+pub struct Compare(pub CompareOp);
+
+impl Compare {
+    fn test<T: PartialOrd>(&self, a: T, b: T) -> bool {
+        match self.0 {
+            CompareOp::Gt => a > b,
+            CompareOp::Ge => a >= b,
+            CompareOp::Lt => a < b,
+            CompareOp::Le => a <= b,
+            CompareOp::Eq => a == b,
+            CompareOp::Ne => a != b,
+        }
+    }
+}
+
+impl Primitive for Compare {
+    fn name(&self) -> String {
+        match self.0 {
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+        }
+        .to_string()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity(&self.name(), inputs, 2)?;
+        same_avals(&self.name(), &inputs[0], &inputs[1])?;
+        Ok(vec![inputs[0].with_dtype(DType::Bool)])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let avals: Vec<Aval> = inputs.iter().map(Tensor::aval).collect();
+        self.abstract_eval(&avals)?;
+        let n = self.name();
+        let r = match (inputs[0].data_for(&n)?, inputs[1].data_for(&n)?) {
+            (ArrayData::F32(a), ArrayData::F32(b)) => {
+                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
+            }
+            (ArrayData::F64(a), ArrayData::F64(b)) => {
+                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
+            }
+            (ArrayData::I64(a), ArrayData::I64(b)) => {
+                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
+            }
+            (ArrayData::Bool(a), ArrayData::Bool(b)) => {
+                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
+            }
+            _ => unreachable!("dtypes checked equal"),
+        };
+        Ok(vec![Tensor::from_array(r)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        _t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        Ok((vec![bind1(Arc::new(self.clone()), p)?], vec![None]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        let a = bcast_to_batch(&args[0], batched[0], size)?;
+        let b = bcast_to_batch(&args[1], batched[1], size)?;
+        Ok((vec![bind1(Arc::new(self.clone()), &[a, b])?], vec![true]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Compare two tensors (broadcasting).
+pub fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = super::broadcast_pair("compare", a, b)?;
+    bind1(Arc::new(Compare(op)), &[a, b])
+}
+
+// ---------------------------------------------------------------- select
+
+/// `where(cond, a, b)` for equal shapes; `cond` is bool.
+#[derive(Clone, Debug)]
+pub struct Select;
+
+impl Primitive for Select {
+    fn name(&self) -> String {
+        "select".into()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity("select", inputs, 3)?;
+        if inputs[0].dtype() != DType::Bool {
+            return Err(Error::dtype(
+                "select",
+                format!("condition must be bool, got {}", inputs[0]),
+            ));
+        }
+        if inputs[0].shape() != inputs[1].shape() {
+            return Err(Error::shape(
+                "select",
+                format!("{} and {}", inputs[0], inputs[1]),
+                "condition and values must have equal shapes",
+            ));
+        }
+        same_avals("select", &inputs[1], &inputs[2])?;
+        Ok(vec![inputs[1].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let avals: Vec<Aval> = inputs.iter().map(Tensor::aval).collect();
+        self.abstract_eval(&avals)?;
+        let c = inputs[0].data_for("select")?.as_bool("select")?;
+        fn sel<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> ArrayD<T> {
+            Zip::from(c)
+                .and(a)
+                .and(b)
+                .map_collect(|&c, &x, &y| if c { x } else { y })
+        }
+        let d = match (inputs[1].data_for("select")?, inputs[2].data_for("select")?) {
+            (ArrayData::F32(a), ArrayData::F32(b)) => ArrayData::F32(sel(c, a, b)),
+            (ArrayData::F64(a), ArrayData::F64(b)) => ArrayData::F64(sel(c, a, b)),
+            (ArrayData::I64(a), ArrayData::I64(b)) => ArrayData::I64(sel(c, a, b)),
+            (ArrayData::Bool(a), ArrayData::Bool(b)) => ArrayData::Bool(sel(c, a, b)),
+            _ => unreachable!("dtypes checked equal"),
+        };
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let y = select(&p[0], &p[1], &p[2])?;
+        let dt = match (&t[1], &t[2]) {
+            (None, None) => None,
+            (ta, tb) => {
+                let ta = ta.clone().unwrap_or_else(|| zeros_for(&p[1]));
+                let tb = tb.clone().unwrap_or_else(|| zeros_for(&p[2]));
+                Some(select(&p[0], &ta, &tb)?)
+            }
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
+        let Some(ct) = &cts[0] else {
+            return Ok(vec![None, None, None]);
+        };
+        let c = args[0].known("select")?;
+        let z = ct.zeros_like();
+        let a = if args[1].is_linear() {
+            Some(select(c, ct, &z)?)
+        } else {
+            None
+        };
+        let b = if args[2].is_linear() {
+            Some(select(c, &z, ct)?)
+        } else {
+            None
+        };
+        Ok(vec![None, a, b])
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        let a: Vec<Tensor> = (0..3)
+            .map(|i| bcast_to_batch(&args[i], batched[i], size))
+            .collect::<Result<_>>()?;
+        Ok((vec![bind1(Arc::new(Select), &a)?], vec![true]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// `where(cond, a, b)` with broadcasting of all three.
+pub fn select(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let shape = super::broadcast_shapes("select", &[cond.shape(), a.shape(), b.shape()])?;
+    let c = lift(cond, &shape)?;
+    let a = lift(a, &shape)?;
+    let b = lift(b, &shape)?;
+    bind1(Arc::new(Select), &[c, a, b])
+}
+
+// ---------------------------------------------------------------- cast
+
+/// Convert to another dtype.
+#[derive(Clone, Debug)]
+pub struct Cast(pub DType);
+
+impl Primitive for Cast {
+    fn name(&self) -> String {
+        "convert_element_type".into()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![("new_dtype".into(), self.0.to_string())]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        Ok(vec![inputs[0].with_dtype(self.0)])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        super::check_arity(&self.name(), inputs, 1)?;
+        Ok(vec![Tensor::from_data(
+            inputs[0].data_for("cast")?.cast(self.0),
+        )])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let y = p[0].cast(self.0)?;
+        let dt = match &t[0] {
+            Some(t) if self.0.is_float() && p[0].dtype().is_float() => Some(t.cast(self.0)?),
+            _ => None,
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
+        let back = args[0].aval().dtype();
+        Ok(vec![cts[0].as_ref().map(|c| c.cast(back)).transpose()?])
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((vec![args[0].cast(self.0)?], vec![batched[0]]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+// ---------------------------------------------------------------- stop_gradient
+
+/// Identity whose derivative is zero.
+#[derive(Clone, Debug)]
+pub struct StopGradient;
+
+impl Primitive for StopGradient {
+    fn name(&self) -> String {
+        "stop_gradient".into()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        super::check_arity("stop_gradient", inputs, 1)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        super::check_arity("stop_gradient", inputs, 1)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        _t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        Ok((vec![p[0].stop_gradient()?], vec![None]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((vec![args[0].stop_gradient()?], vec![batched[0]]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,159 @@
+//! Matrix multiplication with shared leading batch dimensions.
+
+use super::{bcast_to_batch, check_arity};
+use crate::error::{Error, Result};
+use crate::graph::{bind1, LinearArg, Primitive};
+use crate::tensor::{ArrayData, Aval, Tensor};
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array2, ArrayD, ArrayView2, Ix2, IxDyn, LinalgScalar};
+use std::any::Any;
+use std::sync::Arc;
+
+/// `a @ b` for `a: (..., m, k)`, `b: (..., k, n)` with equal leading dims.
+/// (`Tensor::matmul` broadcasts leading dims and handles 1-D operands.)
+#[derive(Clone, Debug)]
+pub struct Matmul;
+
+fn mm_kernel<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>, out_shape: &[usize]) -> ArrayD<T> {
+    let r = a.ndim();
+    let (m, k, n) = (a.shape()[r - 2], a.shape()[r - 1], b.shape()[r - 1]);
+    let batch: usize = a.shape()[..r - 2].iter().product();
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let a3 = a
+        .view()
+        .into_shape_with_order((batch, m, k))
+        .expect("standard layout");
+    let b3 = b
+        .view()
+        .into_shape_with_order((batch, k, n))
+        .expect("standard layout");
+    let mut out = ndarray::Array3::<T>::zeros((batch, m, n));
+    for i in 0..batch {
+        let av: ArrayView2<T> = a3.index_axis(ndarray::Axis(0), i);
+        let bv: ArrayView2<T> = b3.index_axis(ndarray::Axis(0), i);
+        let mut ov = out.index_axis_mut(ndarray::Axis(0), i);
+        general_mat_mul(T::one(), &av, &bv, T::zero(), &mut ov);
+    }
+    out.into_shape_with_order(IxDyn(out_shape))
+        .expect("same size")
+}
+
+impl Primitive for Matmul {
+    fn name(&self) -> String {
+        "matmul".into()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        check_arity("matmul", inputs, 2)?;
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let bad = |why: &str| Error::shape("matmul", format!("{a} @ {b}"), why.to_string());
+        if a.dtype() != b.dtype() || !a.dtype().is_float() {
+            return Err(Error::dtype(
+                "matmul",
+                format!("operands must be floats of one dtype, got {a} and {b}"),
+            ));
+        }
+        if a.ndim() < 2 || a.ndim() != b.ndim() {
+            return Err(bad("operands must have equal rank >= 2"));
+        }
+        let r = a.ndim();
+        if a.shape()[..r - 2] != b.shape()[..r - 2] {
+            return Err(bad("leading batch dimensions must match"));
+        }
+        if a.shape()[r - 1] != b.shape()[r - 2] {
+            return Err(bad(&format!(
+                "contracting dimensions differ ({} vs {})",
+                a.shape()[r - 1],
+                b.shape()[r - 2]
+            )));
+        }
+        let mut out = a.shape().to_vec();
+        out[r - 1] = b.shape()[r - 1];
+        Ok(vec![a.with_shape(&out)])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let out = self
+            .abstract_eval(&[inputs[0].aval(), inputs[1].aval()])?
+            .remove(0);
+        let d = match (inputs[0].data_for("matmul")?, inputs[1].data_for("matmul")?) {
+            (ArrayData::F32(a), ArrayData::F32(b)) if a.ndim() == 2 => {
+                ArrayData::F32(mm2(a, b).into_dyn())
+            }
+            (ArrayData::F64(a), ArrayData::F64(b)) if a.ndim() == 2 => {
+                ArrayData::F64(mm2(a, b).into_dyn())
+            }
+            (ArrayData::F32(a), ArrayData::F32(b)) => ArrayData::F32(mm_kernel(a, b, out.shape())),
+            (ArrayData::F64(a), ArrayData::F64(b)) => ArrayData::F64(mm_kernel(a, b, out.shape())),
+            _ => unreachable!("dtypes checked"),
+        };
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let y = matmul_raw(&p[0], &p[1])?;
+        let l = t[0].as_ref().map(|t| matmul_raw(t, &p[1])).transpose()?;
+        let r = t[1].as_ref().map(|t| matmul_raw(&p[0], t)).transpose()?;
+        Ok((vec![y], vec![super::elementwise::add_opt(l, r)?]))
+    }
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
+        let Some(ct) = &cts[0] else {
+            return Ok(vec![None, None]);
+        };
+        if args[0].is_linear() && args[1].is_linear() {
+            return Err(Error::invalid(
+                "matmul",
+                "transpose with both operands linear",
+            ));
+        }
+        if args[0].is_linear() {
+            let b = args[1].known("matmul")?;
+            Ok(vec![Some(matmul_raw(ct, &swap_last(b)?)?), None])
+        } else {
+            let a = args[0].known("matmul")?;
+            Ok(vec![None, Some(matmul_raw(&swap_last(a)?, ct)?)])
+        }
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        let (a, b) = (&args[0], &args[1]);
+        // Common case: a batched 2-D lhs times an unbatched matrix folds the
+        // batch into the rows.
+        if batched[0] && !batched[1] && a.ndim() == 3 {
+            let (m, k) = (a.shape()[1], a.shape()[2]);
+            let y = matmul_raw(&a.reshape(&[size * m, k])?, b)?;
+            return Ok((vec![y.reshape(&[size, m, b.shape()[1]])?], vec![true]));
+        }
+        let a = bcast_to_batch(a, batched[0], size)?;
+        let b = bcast_to_batch(b, batched[1], size)?;
+        Ok((vec![matmul_raw(&a, &b)?], vec![true]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn mm2<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>) -> Array2<T> {
+    let a = a.view().into_dimensionality::<Ix2>().expect("rank 2");
+    let b = b.view().into_dimensionality::<Ix2>().expect("rank 2");
+    a.dot(&b)
+}
+
+/// Swap the last two axes.
+pub(crate) fn swap_last(x: &Tensor) -> Result<Tensor> {
+    let r = x.ndim();
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 2, r - 1);
+    x.transpose(&perm)
+}
+
+/// Bind [`Matmul`] directly (no broadcasting).
+pub fn matmul_raw(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    bind1(Arc::new(Matmul), &[a.clone(), b.clone()])
+}

@@ -1,0 +1,176 @@
+//! Concrete tensor storage: one ndarray per supported dtype, and the
+//! dispatch macros kernels use to be written once for `f32` and `f64`.
+
+use super::dtype::DType;
+use crate::error::{Error, Result};
+use ndarray::{ArrayD, IxDyn};
+
+/// Concrete data of a tensor.
+#[derive(Clone, Debug)]
+pub enum ArrayData {
+    /// f32 data.
+    F32(ArrayD<f32>),
+    /// f64 data.
+    F64(ArrayD<f64>),
+    /// i64 data.
+    I64(ArrayD<i64>),
+    /// bool data.
+    Bool(ArrayD<bool>),
+}
+
+/// Apply a generic float expression to the array inside an [`ArrayData`],
+/// rewrapping the result; non-float data yields a dtype error.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! map_float {
+    ($data:expr, $op:expr, |$a:ident| $body:expr) => {
+        match $data {
+            $crate::tensor::ArrayData::F32($a) => Ok($crate::tensor::ArrayData::F32($body)),
+            $crate::tensor::ArrayData::F64($a) => Ok($crate::tensor::ArrayData::F64($body)),
+            other => Err($crate::Error::dtype(
+                $op,
+                format!("expected a float tensor, got {}", other.dtype()),
+            )),
+        }
+    };
+}
+
+/// Apply a generic float expression to two arrays of the same float dtype.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! map_float2 {
+    ($x:expr, $y:expr, $op:expr, |$a:ident, $b:ident| $body:expr) => {
+        match ($x, $y) {
+            ($crate::tensor::ArrayData::F32($a), $crate::tensor::ArrayData::F32($b)) => {
+                Ok($crate::tensor::ArrayData::F32($body))
+            }
+            ($crate::tensor::ArrayData::F64($a), $crate::tensor::ArrayData::F64($b)) => {
+                Ok($crate::tensor::ArrayData::F64($body))
+            }
+            (l, r) => Err($crate::Error::dtype(
+                $op,
+                format!(
+                    "expected two float tensors of one dtype, got {} and {}",
+                    l.dtype(),
+                    r.dtype()
+                ),
+            )),
+        }
+    };
+}
+
+impl ArrayData {
+    /// The dtype of this data.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ArrayData::F32(_) => DType::F32,
+            ArrayData::F64(_) => DType::F64,
+            ArrayData::I64(_) => DType::I64,
+            ArrayData::Bool(_) => DType::Bool,
+        }
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            ArrayData::F32(a) => a.shape(),
+            ArrayData::F64(a) => a.shape(),
+            ArrayData::I64(a) => a.shape(),
+            ArrayData::Bool(a) => a.shape(),
+        }
+    }
+    /// Zeros of a shape and dtype.
+    pub fn zeros(shape: &[usize], dtype: DType) -> Self {
+        Self::full(shape, 0.0, dtype)
+    }
+    /// A constant of a shape and dtype (`value` is converted; bool is `value != 0`).
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Self {
+        let sh = IxDyn(shape);
+        match dtype {
+            DType::F32 => ArrayData::F32(ArrayD::from_elem(sh, value as f32)),
+            DType::F64 => ArrayData::F64(ArrayD::from_elem(sh, value)),
+            DType::I64 => ArrayData::I64(ArrayD::from_elem(sh, value as i64)),
+            DType::Bool => ArrayData::Bool(ArrayD::from_elem(sh, value != 0.0)),
+        }
+    }
+    /// Convert to another dtype.
+    pub fn cast(&self, dtype: DType) -> Self {
+        macro_rules! conv {
+            ($a:expr, $f:expr) => {
+                match dtype {
+                    DType::F32 => ArrayData::F32($a.mapv(|v| $f(v) as f32)),
+                    DType::F64 => ArrayData::F64($a.mapv(|v| $f(v))),
+                    DType::I64 => ArrayData::I64($a.mapv(|v| $f(v) as i64)),
+                    DType::Bool => ArrayData::Bool($a.mapv(|v| $f(v) != 0.0)),
+                }
+            };
+        }
+        match self {
+            ArrayData::F32(a) => conv!(a, |v: f32| v as f64),
+            ArrayData::F64(a) => conv!(a, |v: f64| v),
+            ArrayData::I64(a) => conv!(a, |v: i64| v as f64),
+            ArrayData::Bool(a) => conv!(a, |v: bool| if v { 1.0 } else { 0.0 }),
+        }
+    }
+    /// All elements as f64, row-major.
+    pub fn to_vec_f64(&self) -> Vec<f64> {
+        match self {
+            ArrayData::F32(a) => a.iter().map(|&v| v as f64).collect(),
+            ArrayData::F64(a) => a.iter().copied().collect(),
+            ArrayData::I64(a) => a.iter().map(|&v| v as f64).collect(),
+            ArrayData::Bool(a) => a.iter().map(|&v| if v { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+    /// The f64 array, converting from other dtypes.
+    pub fn to_f64_array(&self) -> ArrayD<f64> {
+        match self.cast(DType::F64) {
+            ArrayData::F64(a) => a,
+            _ => unreachable!("cast to F64 yields F64"),
+        }
+    }
+    /// Borrow as i64 indices, or a dtype error naming `op`.
+    pub fn as_i64(&self, op: &str) -> Result<&ArrayD<i64>> {
+        match self {
+            ArrayData::I64(a) => Ok(a),
+            other => Err(Error::dtype(
+                op,
+                format!("expected i64 indices, got {}", other.dtype()),
+            )),
+        }
+    }
+    /// Borrow as bool, or a dtype error naming `op`.
+    pub fn as_bool(&self, op: &str) -> Result<&ArrayD<bool>> {
+        match self {
+            ArrayData::Bool(a) => Ok(a),
+            other => Err(Error::dtype(
+                op,
+                format!("expected a bool mask, got {}", other.dtype()),
+            )),
+        }
+    }
+}
+
+/// Element types a [`crate::Tensor`] can be built from.
+pub trait Element: Clone + 'static {
+    /// Wrap an array of this element type.
+    fn wrap(a: ArrayD<Self>) -> ArrayData;
+}
+impl Element for f32 {
+    fn wrap(a: ArrayD<Self>) -> ArrayData {
+        ArrayData::F32(a)
+    }
+}
+impl Element for f64 {
+    fn wrap(a: ArrayD<Self>) -> ArrayData {
+        ArrayData::F64(a)
+    }
+}
+impl Element for i64 {
+    fn wrap(a: ArrayD<Self>) -> ArrayData {
+        ArrayData::I64(a)
+    }
+}
+impl Element for bool {
+    fn wrap(a: ArrayD<Self>) -> ArrayData {
+        ArrayData::Bool(a)
+    }
+}

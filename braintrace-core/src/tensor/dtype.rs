@@ -1,0 +1,100 @@
+//! Element types and abstract values (`Aval` = shape + dtype), the static
+//! description of a tensor that tracing and shape rules work with.
+
+use std::fmt;
+
+/// The element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 64-bit signed integer (indices).
+    I64,
+    /// Boolean (masks, comparison results).
+    Bool,
+}
+
+impl DType {
+    /// Whether this is a floating-point type (the only differentiable ones).
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+    /// The short name used in printed graphs (`f32`, `f64`, `i64`, `bool`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An abstract value: what is known of a tensor without its data.
+///
+/// ```
+/// use braintrace_core::{Aval, DType};
+/// let a = Aval::new(&[2, 3], DType::F32);
+/// assert_eq!(a.shape(), &[2, 3]);
+/// assert_eq!(a.to_string(), "f32[2,3]");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Aval {
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl Aval {
+    /// A new abstract value.
+    pub fn new(shape: &[usize], dtype: DType) -> Self {
+        Aval {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+    /// The dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// The same aval with another shape.
+    pub fn with_shape(&self, shape: &[usize]) -> Aval {
+        Aval::new(shape, self.dtype)
+    }
+    /// The same aval with another dtype.
+    pub fn with_dtype(&self, dtype: DType) -> Aval {
+        Aval::new(&self.shape, dtype)
+    }
+}
+
+impl fmt::Display for Aval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}

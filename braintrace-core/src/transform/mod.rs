@@ -1,0 +1,128 @@
+//! Transforms built on the tracer: `make_graph`, `eval_shape`, `jvp`,
+//! `vjp` (linearize + transpose), `grad`, `value_and_grad`, `vmap`, `jit`.
+//!
+//! Every transform first traces the function into a [`Graph`], then
+//! interprets that graph with its own rule per equation. Interpreting binds
+//! through the same [`crate::graph::bind`], so a transform applied inside
+//! another transform's trace simply records equations there: transforms
+//! nest in any order, and closures may capture tensors of an enclosing trace.
+
+mod batching;
+mod jit;
+mod linearize;
+
+pub use batching::{vmap, vmap_graph, vmap_out};
+pub use jit::{jit, Jit};
+pub use linearize::{grad, grad_scalar, value_and_grad, vjp, VjpFn};
+
+use crate::error::{Error, Result};
+use crate::graph::{self, Graph};
+use crate::tensor::{Aval, Tensor};
+
+/// Trace `f` on symbolic inputs with the given abstract values.
+///
+/// ```
+/// use braintrace_core::{make_graph, Aval, DType, Tensor};
+/// let g = make_graph(|x: &[Tensor]| Ok(vec![x[0].tanh()?.mul_scalar(2.0)?]), &[Aval::new(&[3], DType::F32)])?;
+/// assert_eq!(g.primitive_names(), vec!["tanh", "mul_scalar"]);
+/// println!("{g}");
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+pub fn make_graph<F>(f: F, avals: &[Aval]) -> Result<Graph>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    graph::trace(f, avals)
+}
+
+/// Output abstract values of `f` without computing anything.
+pub fn eval_shape<F>(f: F, avals: &[Aval]) -> Result<Vec<Aval>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    Ok(make_graph(f, avals)?.out_avals())
+}
+
+/// Forward-mode derivative: `(f(primals), J·tangents)`.
+///
+/// ```
+/// use braintrace_core::{jvp, Tensor};
+/// let x = Tensor::from_vec(vec![0.5], &[1])?;
+/// let (y, t) = jvp(|a: &[Tensor]| Ok(vec![a[0].square()?]), &[x.clone()], &[x.ones_like()])?;
+/// assert_eq!(t[0].to_vec_f64()?, vec![1.0]);
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+pub fn jvp<F>(f: F, primals: &[Tensor], tangents: &[Tensor]) -> Result<(Vec<Tensor>, Vec<Tensor>)>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    if primals.len() != tangents.len() {
+        return Err(Error::transform(
+            "jvp",
+            format!("{} primals but {} tangents", primals.len(), tangents.len()),
+        ));
+    }
+    for (i, (p, t)) in primals.iter().zip(tangents).enumerate() {
+        if p.aval() != t.aval() {
+            return Err(Error::transform(
+                "jvp",
+                format!("tangent {i} is {} but its primal is {}", t.aval(), p.aval()),
+            ));
+        }
+    }
+    let g = make_graph(f, &crate::ops::avals(primals))?;
+    let tans: Vec<Option<Tensor>> = tangents.iter().cloned().map(Some).collect();
+    let (outs, touts) = jvp_graph(&g, primals, &tans)?;
+    let touts = outs
+        .iter()
+        .zip(touts)
+        .map(|(o, t)| t.unwrap_or_else(|| o.zeros_like()))
+        .collect();
+    Ok((outs, touts))
+}
+
+/// Interpret a graph with JVP rules. `None` tangents are symbolic zeros.
+pub fn jvp_graph(
+    g: &Graph,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+    if primals.len() != g.invars.len() || tangents.len() != g.invars.len() {
+        return Err(Error::arity("jvp", g.invars.len(), primals.len()));
+    }
+    let mut val: Vec<Option<Tensor>> = vec![None; g.avals.len()];
+    let mut tan: Vec<Option<Tensor>> = vec![None; g.avals.len()];
+    for ((&v, p), t) in g.invars.iter().zip(primals).zip(tangents) {
+        val[v] = Some(p.clone());
+        tan[v] = t.clone();
+    }
+    for (&v, c) in g.constvars.iter().zip(&g.consts) {
+        val[v] = Some(c.clone());
+    }
+    for e in &g.eqns {
+        let ins: Vec<Tensor> = e
+            .inputs
+            .iter()
+            .map(|&v| val[v].clone().expect("SSA order"))
+            .collect();
+        let tins: Vec<Option<Tensor>> = e.inputs.iter().map(|&v| tan[v].clone()).collect();
+        let (outs, touts) = if tins.iter().all(Option::is_none) {
+            let outs = graph::bind(e.prim.clone(), &ins)?;
+            let n = outs.len();
+            (outs, vec![None; n])
+        } else {
+            e.prim.jvp(&ins, &tins)?
+        };
+        for ((&v, o), t) in e.outputs.iter().zip(outs).zip(touts) {
+            val[v] = Some(o);
+            tan[v] = t;
+        }
+    }
+    let outs = g
+        .outvars
+        .iter()
+        .map(|&v| val[v].clone().expect("defined"))
+        .collect();
+    let touts = g.outvars.iter().map(|&v| tan[v].clone()).collect();
+    Ok((outs, touts))
+}

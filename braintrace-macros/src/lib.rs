@@ -1,0 +1,1 @@
+//! Procedural macros of braintrace (placeholder until the macro issue lands).
