@@ -1,12 +1,25 @@
 //! braintrace: eligibility-trace propagation (ETP) primitives, defined
 //! declaratively, on a small JAX-like tracing core.
+//!
+//! * [`Tensor`] and the core ops, with the transforms [`jvp`], [`vjp`],
+//!   [`grad`], [`vmap`], [`jit`], [`make_graph`];
+//! * [`etp`]: ETP primitives, their four rules and the registries;
+//! * the attributes [`etp_primitive`], [`yw_to_w`], [`xy_to_dw`],
+//!   [`init_drtrl`], [`init_pp`] that define a primitive declaratively.
 
 pub use braintrace_core::*;
+pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
 /// Everything a user of the library usually needs.
 pub mod prelude {
-    pub use braintrace_core::{
-        concat, eval_shape, grad, jit, jvp, make_graph, stack, value_and_grad, vjp, vmap, vmap_out,
-        where_, Aval, DType, Error, Graph, Result, Tensor, VjpFn,
+    pub use braintrace_core::etp::{
+        check_rules, get_primitive_spec, primitive_by_name, register_primitive, register_primitive_spec, AvalMap, ElemFn, EtpPrimitive, EtpPrimitiveSpec,
+        EtpRules, InitDrtrl, InitPp, InstantDrtrl, Params, PrimitiveOptions, SolveDrtrl, TensorMap, XyToDw, YwToW, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP,
+        ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W,
     };
+    pub use braintrace_core::{
+        concat, eval_shape, grad, jit, jvp, make_graph, stack, value_and_grad, vjp, vmap, vmap_out, where_, Aval, DType, Error, Graph, Result,
+        Tensor, VjpFn,
+    };
+    pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 }

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod etp;
 pub mod graph;
 pub mod kernels;
 pub mod ops;
@@ -19,3 +20,7 @@ pub use transform::{
     eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, vjp, vmap, vmap_out, Jit,
     VjpFn,
 };
+
+/// Items the macros' generated code uses. Not part of the public API.
+#[doc(hidden)]
+pub mod __private;
