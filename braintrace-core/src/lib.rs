@@ -9,6 +9,7 @@ pub mod etp;
 pub mod graph;
 pub mod kernels;
 pub mod ops;
+pub mod prims;
 pub mod tensor;
 pub mod transform;
 

@@ -151,7 +151,7 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
     let mut checks = Vec::new();
 
     // xy_to_dw against autodiff of the impl.
-    let names: Vec<(String, usize)> = p.trainables().to_vec();
+    let names: Vec<(String, usize)> = p.present_trainables(example_args.len());
     let wvals: Vec<Tensor> = names.iter().map(|(_, i)| example_args[*i].clone()).collect();
     let f = |ws: &[Tensor]| {
         let mut full = example_args.to_vec();

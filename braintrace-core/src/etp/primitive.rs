@@ -55,6 +55,9 @@ pub struct PrimitiveOptions {
     pub trainables: Vec<(String, usize)>,
     /// The exact number of operands (`None` = at least enough for the layout).
     pub num_args: Option<usize>,
+    /// Trainables that may be absent: trailing operands (an optional bias)
+    /// that a bind may leave out.
+    pub optional: Vec<String>,
     /// The batched counterpart bound under `vmap` when only `x` is mapped.
     pub batched_counterpart: Option<Counterpart>,
     /// Whether `xy_to_dw` returns exactly the weights' shapes (conv's
@@ -72,6 +75,7 @@ impl Default for PrimitiveOptions {
             x_index: Some(0),
             trainables: vec![("weight".into(), 1)],
             num_args: None,
+            optional: Vec::new(),
             batched_counterpart: None,
             exact_dw_shapes: true,
             origin: None,
@@ -107,6 +111,11 @@ impl PrimitiveOptions {
     /// Set the exact operand count.
     pub fn num_args(mut self, n: usize) -> Self {
         self.num_args = Some(n);
+        self
+    }
+    /// Mark a trainable as optional (a trailing operand a bind may omit).
+    pub fn optional(mut self, name: &str) -> Self {
+        self.optional.push(name.to_string());
         self
     }
     /// Set the batched counterpart.
@@ -239,9 +248,14 @@ impl EtpPrimitive {
     pub fn x_index(&self) -> Option<usize> {
         self.0.opts.x_index
     }
-    /// Trainable operands, name -> index, in declaration order.
+    /// Trainable operands, name -> index, in declaration order (including
+    /// optional ones; see [`EtpPrimitive::present_trainables`]).
     pub fn trainables(&self) -> &[(String, usize)] {
         &self.0.opts.trainables
+    }
+    /// The trainables present in a bind with `num_args` operands.
+    pub fn present_trainables(&self, num_args: usize) -> Vec<(String, usize)> {
+        self.0.opts.trainables.iter().filter(|(_, i)| *i < num_args).cloned().collect()
     }
     /// Output index of `y` (always 0: primitives have one output).
     pub fn y_index(&self) -> usize {
@@ -284,11 +298,14 @@ impl EtpPrimitive {
                 return Err(Error::etp(&self.0.name, "bind", format!("expected {n} operands, got {} (shapes {})", args.len(), shapes(args))));
             }
         }
-        let max = o.trainables.iter().map(|(_, i)| *i).chain(o.x_index).max().unwrap_or(0);
+        let max = o.trainables.iter().filter(|(k, _)| !o.optional.contains(k)).map(|(_, i)| *i).chain(o.x_index).max().unwrap_or(0);
         if args.len() <= max {
             return Err(Error::etp(&self.0.name, "bind", format!("the layout needs at least {} operands, got {} (shapes {})", max + 1, args.len(), shapes(args))));
         }
         for (k, i) in &o.trainables {
+            if *i >= args.len() {
+                continue;
+            }
             if !args[*i].dtype().is_float() {
                 return Err(Error::etp(&self.0.name, "bind", format!("trainable `{k}` (operand {i}) must be a float tensor, got {}", args[*i].aval())));
             }
@@ -442,7 +459,7 @@ impl EtpPrimitive {
     pub fn split_args(&self, args: &[Tensor]) -> Result<(Option<Tensor>, TensorMap)> {
         self.check_args(args)?;
         let x = self.x_index().map(|i| args[i].clone());
-        let w = self.trainables().iter().map(|(k, i)| (k.clone(), args[*i].clone())).collect();
+        let w = self.present_trainables(args.len()).into_iter().map(|(k, i)| (k, args[i].clone())).collect();
         Ok((x, w))
     }
 }

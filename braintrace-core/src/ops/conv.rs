@@ -823,7 +823,7 @@ pub fn conv_transpose_rhs_raw(
 
 /// Permutations taking the lhs, rhs and output layouts to canonical order
 /// (`perm[j]` = axis of the layout that is canonical axis `j`).
-fn layout_perms(
+pub(crate) fn layout_perms(
     dn: &ConvDimensionNumbers,
     rank: usize,
     shapes: &str,

@@ -1,0 +1,262 @@
+//! `etp_conv`: `y = conv(x, kernel_fn(K)) (+ bias_fn(b))`, 1-D/2-D/N-D, with
+//! strides, SAME/VALID/explicit padding, lhs/rhs dilation and layouts
+//! (default channel-first). The D-RTRL trace is kept per output position
+//! (exact for a shared kernel), with `instant_drtrl` / `solve_drtrl`.
+//! In order: params, impl, rules, initialisers.
+
+use super::common::{fn_param, trace_dtype, with_state};
+use crate::error::{Error, Result};
+use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, ParamValue, Params, TensorMap};
+use crate::ops::conv::layout_perms;
+use crate::ops::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
+use crate::tensor::{Aval, DType, Tensor};
+use crate::transform::vjp;
+
+const OP: &str = "etp_conv";
+
+/// The parsed params of an `etp_conv` equation.
+pub(crate) struct ConvSetup {
+    pub(crate) conv: ConvParams,
+    kernel_fn: Option<ElemFn>,
+    bias_fn: Option<ElemFn>,
+    /// canonical axis j of x / kernel / y is layout axis perm[j]
+    lp: Vec<usize>,
+    rp: Vec<usize>,
+    op: Vec<usize>,
+}
+
+fn opt_list(p: &Params, key: &str) -> Result<Vec<usize>> {
+    Ok(p.get_or::<Option<Vec<usize>>>(OP, key, None)?.unwrap_or_default())
+}
+
+/// Read the params; `rank` is the rank of a batched `x`.
+pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
+    let d = rank.checked_sub(2).filter(|&d| d > 0).ok_or_else(|| Error::etp(OP, "params", format!("x must have rank >= 3 (batch, channel, spatial...), got rank {rank}")))?;
+    let strides = p.get_or::<Option<Vec<usize>>>(OP, "strides", None)?.unwrap_or_else(|| vec![1; d]);
+    let padding = match p.raw("padding") {
+        None | Some(ParamValue::None) => ConvPadding::Valid,
+        Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("same") => ConvPadding::Same,
+        Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("valid") => ConvPadding::Valid,
+        Some(v) => {
+            let pairs: Option<Vec<(i64, i64)>> = crate::etp::ParamType::from_param(v);
+            ConvPadding::Explicit(pairs.ok_or_else(|| Error::Param { op: OP.into(), param: "padding".into(), reason: format!("expected \"SAME\", \"VALID\" or a list of (lo, hi) pairs, got {v}") })?)
+        }
+    };
+    let groups: usize = p.get_or(OP, "feature_group_count", 1)?;
+    let batch_groups: usize = p.get_or(OP, "batch_group_count", 1)?;
+    if batch_groups != 1 {
+        return Err(Error::etp(OP, "params", format!("batch_group_count = {batch_groups} is not supported (only 1)")));
+    }
+    let dn = match p.get_or::<Option<Vec<String>>>(OP, "dimension_numbers", None)? {
+        None => None,
+        Some(v) if v.len() == 3 => Some(ConvDimensionNumbers { lhs: v[0].clone(), rhs: v[1].clone(), out: v[2].clone() }),
+        Some(v) => return Err(Error::Param { op: OP.into(), param: "dimension_numbers".into(), reason: format!("expected three layout strings, got {v:?}") }),
+    };
+    let (lp, rp, op) = match &dn {
+        None => {
+            let id: Vec<usize> = (0..rank).collect();
+            (id.clone(), id.clone(), id)
+        }
+        Some(dn) => layout_perms(dn, rank, OP)?,
+    };
+    let conv = ConvParams { strides, padding, lhs_dilation: opt_list(p, "lhs_dilation")?, rhs_dilation: opt_list(p, "rhs_dilation")?, dimension_numbers: dn, feature_group_count: groups };
+    Ok(ConvSetup { conv, kernel_fn: fn_param(p, OP, "kernel_fn")?, bias_fn: fn_param(p, OP, "bias_fn")?, lp, rp, op })
+}
+
+impl ConvSetup {
+    fn d(&self) -> usize {
+        self.lp.len() - 2
+    }
+    /// The channel axis of a (batched) y.
+    fn y_channel_axis(&self) -> usize {
+        self.op[1]
+    }
+    /// `b` reshaped to broadcast along y's channel axis (`rank` = y's rank).
+    fn bias_shape(&self, b: &Tensor, rank: usize, batched: bool) -> Result<Tensor> {
+        let ch = if batched { self.y_channel_axis() } else { self.y_channel_axis() - 1 };
+        let mut shape = vec![1; rank];
+        shape[ch] = b.size();
+        b.reshape(&shape)
+    }
+    /// y spatial axes (layout positions) of a batched y, in y order; and the
+    /// canonical spatial index of each.
+    fn y_spatial_order(&self) -> Vec<usize> {
+        let mut js: Vec<usize> = (0..self.d()).collect();
+        js.sort_by_key(|&j| self.op[2 + j]);
+        js
+    }
+    /// Canonical `(B, O, s...)` from a batched y-layout tensor.
+    fn y_to_canonical(&self, y: &Tensor) -> Result<Tensor> {
+        y.transpose(&self.op)
+    }
+    /// `h` (batched, y layout) arranged as `(B, s..(y order).., k-layout with O, others 1)`.
+    fn h_over_kernel(&self, h: &Tensor, k_rank: usize) -> Result<Tensor> {
+        let hc = self.y_to_canonical(h)?;
+        let d = self.d();
+        let mut perm = vec![0];
+        perm.extend(self.y_spatial_order().iter().map(|j| j + 2));
+        perm.push(1);
+        let h2 = hc.transpose(&perm)?;
+        let mut shape = h2.shape()[..1 + d].to_vec();
+        for i in 0..k_rank {
+            shape.push(if i == self.rp[0] { h2.shape()[1 + d] } else { 1 });
+        }
+        h2.reshape(&shape)
+    }
+}
+
+fn add_batch(t: &Tensor, batched: bool) -> Result<Tensor> {
+    if batched {
+        Ok(t.clone())
+    } else {
+        t.expand_dims(0)
+    }
+}
+
+fn drop_batch(t: Tensor, batched: bool) -> Result<Tensor> {
+    if batched {
+        Ok(t)
+    } else {
+        t.squeeze(&[0])
+    }
+}
+
+/// `y = conv(x, kernel_fn(K)) (+ bias_fn(b))`.
+pub(crate) fn conv_impl(args: &[Tensor], p: &Params) -> Result<Tensor> {
+    let s = setup(p, args[0].ndim())?;
+    let k = apply_fn(&s.kernel_fn, &args[1])?;
+    let y = conv_general(&args[0], &k, &s.conv).map_err(|e| Error::etp(OP, "bind", e.to_string()))?;
+    match args.get(2) {
+        Some(b) => y.add(&s.bias_shape(&apply_fn(&s.bias_fn, b)?, y.ndim(), true)?).map_err(|e| Error::etp(OP, "bind", e.to_string())),
+        None => Ok(y),
+    }
+}
+
+/// Per-position instantaneous kernel term of a batched `x`, `h`:
+/// `(B, s.., <kernel layout>)` with `inst = patch · h`, times `kernel_fn'(K)`.
+fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<Tensor> {
+    if s.conv.feature_group_count != 1 {
+        return Err(Error::etp(OP, "D-RTRL trace", format!("grouped convolutions (feature_group_count = {}) are not supported by the per-position D-RTRL trace", s.conv.feature_group_count)));
+    }
+    let d = s.d();
+    let xc = x.transpose(&s.lp)?;
+    let kc = k.transpose(&s.rp)?;
+    let (c, ks) = (xc.shape()[1], kc.shape()[2..].to_vec());
+    let u: usize = ks.iter().product();
+    // Identity kernel: output channel c*U + u reads input channel c at offset u.
+    let mut eye = vec![0.0; c * u * u];
+    for ci in 0..c {
+        for ui in 0..u {
+            eye[(ci * u + ui) * u + ui] = 1.0;
+        }
+    }
+    let e = Tensor::from_vec(eye, &[&[c * u, 1][..], &ks].concat())?.cast(x.dtype())?;
+    let mut pc = s.conv.clone();
+    pc.dimension_numbers = None;
+    pc.feature_group_count = c;
+    let patches = conv_general(&xc, &e, &pc)?; // (B, C*U, so..)
+    let (b, so) = (patches.shape()[0], patches.shape()[2..].to_vec());
+    let patches = patches.reshape(&[&[b, 1, c][..], &ks, &so].concat())?; // (B, 1, C, ks.., so..)
+    let hc = s.y_to_canonical(h)?; // (B, O, so..)
+    let o = hc.shape()[1];
+    let hc = hc.reshape(&[&[b, o, 1][..], &vec![1; d], &so].concat())?;
+    let inst = patches.mul(&hc)?; // (B, O, C, ks.., so..)
+    let mut inv_rp = vec![0; d + 2];
+    for (j, &i) in s.rp.iter().enumerate() {
+        inv_rp[i] = j;
+    }
+    let mut perm = vec![0];
+    perm.extend(s.y_spatial_order().iter().map(|j| 3 + d + j));
+    perm.extend(inv_rp.iter().map(|j| 1 + j));
+    let inst = inst.transpose(&perm)?;
+    times_derivative(&s.kernel_fn, k, &inst)
+}
+
+/// `instant_drtrl` (per sample): weight `(s.., <kernel>)`, bias `h ⊙ g'` per position.
+pub(crate) fn conv_instant_drtrl(x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+    let x = x.ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "needs x"))?;
+    let w = ws.get("weight").ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "expected a `weight` entry"))?;
+    let batched = x.ndim() == w.ndim();
+    let s = setup(p, w.ndim())?;
+    let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
+    let mut out = TensorMap::new();
+    for (k, w) in ws {
+        let v = if k == "bias" {
+            times_derivative(&s.bias_fn, &s.bias_shape(w, hidden.ndim(), batched)?, hidden)?
+        } else {
+            drop_batch(instant_kernel(&s, &xb, &hb, w)?, batched)?
+        };
+        out.insert(k.clone(), v);
+    }
+    Ok(out)
+}
+
+/// `xy_to_dw`: kernel = VJP of `K -> conv(x, kernel_fn(K))` at `h` (sums over
+/// batch and positions); bias = `h ⊙ g'(b)` per position (not summed).
+pub(crate) fn conv_xy_to_dw(x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+    let x = x.ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "needs x"))?;
+    let w = ws.get("weight").ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "expected a `weight` entry"))?;
+    let batched = x.ndim() == w.ndim();
+    let s = setup(p, w.ndim())?;
+    let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
+    let mut out = TensorMap::new();
+    let kf = s.kernel_fn.clone();
+    let conv = s.conv.clone();
+    let (_, pb) = vjp(move |k: &[Tensor]| Ok(vec![conv_general(&xb, &apply_fn(&kf, &k[0])?, &conv)?]), std::slice::from_ref(w))?;
+    out.insert("weight".into(), pb.apply(&[hb])?.remove(0));
+    if let Some(b) = ws.get("bias") {
+        out.insert("bias".into(), times_derivative(&s.bias_fn, &s.bias_shape(b, hidden.ndim(), batched)?, hidden)?);
+    }
+    Ok(out)
+}
+
+/// `yw_to_w`: `trace_K[b, s, k, ...] *= h[b, s, k]`, `trace_b *= h` (no spatial sums).
+pub(crate) fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &Params) -> Result<TensorMap> {
+    let tk = trace.get("weight").ok_or_else(|| Error::etp(OP, "rule yw_to_w", "expected a `weight` entry"))?;
+    // trace_K is (B?, s.., kernel); y is (B?, y-layout); the kernel has rank d + 2.
+    let k_rank = tk.ndim() + 1 - hidden.ndim(); // kernel rank = d + 2
+    let batched = hidden.ndim() == k_rank;
+    let s = setup(p, k_rank)?;
+    let hb = add_batch(hidden, batched)?;
+    let h2 = drop_batch(s.h_over_kernel(&hb, k_rank)?, batched)?;
+    let mut out = TensorMap::new();
+    for (k, t) in trace {
+        out.insert(k.clone(), if k == "bias" { t.mul(hidden)? } else { t.mul(&h2)? });
+    }
+    Ok(out)
+}
+
+/// `solve_drtrl` (per sample): `dK = Σ_s trace_K[s, ..] g[s, o]`, `db = Σ_s trace_b g`.
+pub(crate) fn conv_solve_drtrl(g: &Tensor, trace: &TensorMap, _ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+    let tk = trace.get("weight").ok_or_else(|| Error::etp(OP, "rule solve_drtrl", "expected a `weight` entry"))?;
+    let k_rank = tk.ndim() + 1 - g.ndim();
+    let s = setup(p, k_rank)?;
+    let d = s.d();
+    let h2 = s.h_over_kernel(&g.expand_dims(0)?, k_rank)?.squeeze(&[0])?;
+    let spatial: Vec<usize> = (0..d).collect();
+    let mut out = TensorMap::new();
+    out.insert("weight".into(), tk.mul(&h2)?.sum(&spatial)?);
+    if let Some(tb) = trace.get("bias") {
+        let ch = s.y_channel_axis() - 1;
+        let axes: Vec<usize> = (0..g.ndim()).filter(|&a| a != ch).collect();
+        out.insert("bias".into(), tb.mul(g)?.sum(&axes)?);
+    }
+    Ok(out)
+}
+
+/// `init_drtrl`: `{weight (B, s.., *K.shape, S), bias (*y.shape, S)}`.
+pub(crate) fn conv_init_drtrl(x: Option<&Aval>, y: &Aval, ws: &AvalMap, st: usize, p: &Params) -> Result<TensorMap> {
+    let dt: DType = trace_dtype(x, y, ws);
+    let s = setup(p, y.ndim())?;
+    if s.conv.feature_group_count != 1 {
+        return Err(Error::etp(OP, "rule init_drtrl", format!("grouped convolutions (feature_group_count = {}) are not supported by the per-position D-RTRL trace", s.conv.feature_group_count)));
+    }
+    let mut lead = vec![y.shape()[s.op[0]]];
+    lead.extend(s.y_spatial_order().iter().map(|&j| y.shape()[s.op[2 + j]]));
+    ws.iter()
+        .map(|(k, w)| {
+            let shape = if k == "bias" { with_state(y.shape(), st) } else { with_state(&[&lead[..], w.shape()].concat(), st) };
+            Ok((k.clone(), Tensor::zeros(&shape, dt)))
+        })
+        .collect()
+}
