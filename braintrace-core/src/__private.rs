@@ -1,11 +1,270 @@
 //! The one path generated code reaches the runtime through
 //! (`::braintrace::__private`), so users never depend on internals.
+//!
+//! Besides re-exports, this holds the small conversion traits the companion
+//! attributes (`#[yw_to_w]`, `#[xy_to_dw]`, ...) use to adapt a rule written
+//! against the companion's own signature (`&Tensor` or `&TensorMap`, `&Aval`
+//! or `Option<&Aval>`, ...) to the runtime's uniform rule types. Each trait
+//! carries `#[diagnostic::on_unimplemented]`, so a companion argument of the
+//! wrong type reads as a sentence at that argument's type.
 
-pub use crate::etp::{
-    lazy_counterpart, register_primitive_spec, AvalMap, EtpPrimitive, EtpPrimitiveSpec, InitDrtrl, InitPp, InstantDrtrl, ParamType, ParamValue, Params,
-    PrimitiveOptions, SolveDrtrl, StaticPrimitive, TensorMap, XyToDw, YwToW,
-};
 pub use crate::error::{Error, Result};
+pub use crate::etp::{
+    lazy_counterpart, register_primitive_spec, sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec, ImplFn, InitDrtrl, InitPp, InstantDrtrl, ParamType,
+    ParamValue, Params, PrimitiveOptions, SolveDrtrl, StaticPrimitive, TensorMap, XyToDw, YwToW,
+};
 pub use crate::tensor::{Aval, Tensor};
 pub use inventory;
 pub use std::sync::{Arc, LazyLock, OnceLock};
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Trainable arity of a primitive with exactly one trainable operand: its
+/// rules may take and return plain tensors.
+pub enum Single {}
+/// Trainable arity of a primitive with several trainable operands: its rules
+/// take and return values keyed by trainable name.
+pub enum Keyed {}
+/// The primitive has an `x` operand.
+pub enum WithX {}
+/// The primitive has no `x` operand (`x = none`).
+pub enum NoX {}
+
+/// `hidden` (and the solve's `g`): a `y`-shaped tensor.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `hidden` argument of an ETP rule",
+    label = "expected `&Tensor`",
+    note = "the `hidden` argument (the solve's `g`) is a `y`-shaped tensor: write it as `hidden: &Tensor`"
+)]
+pub trait HiddenArg<'a>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: &'a Tensor) -> Result<Self>;
+}
+impl<'a> HiddenArg<'a> for &'a Tensor {
+    fn from_rule_arg(v: &'a Tensor) -> Result<Self> {
+        Ok(v)
+    }
+}
+
+/// `trace`: the trace slots, one per trainable.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `trace` argument of this ETP rule",
+    label = "expected `&Tensor` (one trainable) or `&TensorMap` (keyed by trainable name)",
+    note = "a primitive with one trainable may take `trace: &Tensor`; with several trainables the rule takes `trace: &TensorMap`"
+)]
+pub trait TraceArg<'a, A>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: &'a TensorMap, rule: &str) -> Result<Self>;
+}
+impl<'a, A> TraceArg<'a, A> for &'a TensorMap {
+    fn from_rule_arg(v: &'a TensorMap, _rule: &str) -> Result<Self> {
+        Ok(v)
+    }
+}
+impl<'a> TraceArg<'a, Single> for &'a Tensor {
+    fn from_rule_arg(v: &'a TensorMap, rule: &str) -> Result<Self> {
+        Ok(sole(v, rule)?.1)
+    }
+}
+
+/// `w`: the trainable operands' values.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the weight argument of this ETP rule",
+    label = "expected `&Tensor` (one trainable) or `&TensorMap` (keyed by trainable name)",
+    note = "a primitive with one trainable may take `w: &Tensor`; with several trainables the rule takes `w: &TensorMap`"
+)]
+pub trait WeightArg<'a, A>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: &'a TensorMap, rule: &str) -> Result<Self>;
+}
+impl<'a, A> WeightArg<'a, A> for &'a TensorMap {
+    fn from_rule_arg(v: &'a TensorMap, _rule: &str) -> Result<Self> {
+        Ok(v)
+    }
+}
+impl<'a> WeightArg<'a, Single> for &'a Tensor {
+    fn from_rule_arg(v: &'a TensorMap, rule: &str) -> Result<Self> {
+        Ok(sole(v, rule)?.1)
+    }
+}
+
+/// `x` of `xy_to_dw` / `instant_drtrl`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `x` argument of this ETP rule",
+    label = "expected `&Tensor`, or `Option<&Tensor>`",
+    note = "write `x: &Tensor`; a primitive declared with `x = none` passes no `x`, so its rules take `x: Option<&Tensor>`"
+)]
+pub trait XArg<'a, X>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: Option<&'a Tensor>, rule: &str) -> Result<Self>;
+}
+impl<'a, X> XArg<'a, X> for Option<&'a Tensor> {
+    fn from_rule_arg(v: Option<&'a Tensor>, _rule: &str) -> Result<Self> {
+        Ok(v)
+    }
+}
+impl<'a> XArg<'a, WithX> for &'a Tensor {
+    fn from_rule_arg(v: Option<&'a Tensor>, rule: &str) -> Result<Self> {
+        v.ok_or_else(|| Error::invalid(rule, "the rule was called without `x`"))
+    }
+}
+
+/// `x` of the initialisers (an abstract value).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `x` argument of this ETP initialiser",
+    label = "expected `&Aval`, or `Option<&Aval>`",
+    note = "write `x: &Aval`; a primitive declared with `x = none` has no `x`, so its initialisers take `x: Option<&Aval>`"
+)]
+pub trait XAvalArg<'a, X>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: Option<&'a Aval>, rule: &str) -> Result<Self>;
+}
+impl<'a, X> XAvalArg<'a, X> for Option<&'a Aval> {
+    fn from_rule_arg(v: Option<&'a Aval>, _rule: &str) -> Result<Self> {
+        Ok(v)
+    }
+}
+impl<'a> XAvalArg<'a, WithX> for &'a Aval {
+    fn from_rule_arg(v: Option<&'a Aval>, rule: &str) -> Result<Self> {
+        v.ok_or_else(|| Error::invalid(rule, "the initialiser was called without `x`"))
+    }
+}
+
+/// `y` of the initialisers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `y` argument of this ETP initialiser",
+    label = "expected `&Aval`",
+    note = "the initialisers receive the abstract value (shape and dtype) of `y`: write `y: &Aval`"
+)]
+pub trait YAvalArg<'a>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: &'a Aval) -> Result<Self>;
+}
+impl<'a> YAvalArg<'a> for &'a Aval {
+    fn from_rule_arg(v: &'a Aval) -> Result<Self> {
+        Ok(v)
+    }
+}
+
+/// The trainables of the initialisers (abstract values).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the weight argument of this ETP initialiser",
+    label = "expected `&Aval` (one trainable) or `&AvalMap` (keyed by trainable name)",
+    note = "a primitive with one trainable may take `w: &Aval`; with several trainables the initialiser takes `w: &AvalMap`"
+)]
+pub trait WeightAvalArg<'a, A>: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: &'a AvalMap, rule: &str) -> Result<Self>;
+}
+impl<'a, A> WeightAvalArg<'a, A> for &'a AvalMap {
+    fn from_rule_arg(v: &'a AvalMap, _rule: &str) -> Result<Self> {
+        Ok(v)
+    }
+}
+impl<'a> WeightAvalArg<'a, Single> for &'a Aval {
+    fn from_rule_arg(v: &'a AvalMap, rule: &str) -> Result<Self> {
+        Ok(sole(v, rule)?.1)
+    }
+}
+
+/// `num_hidden_state` of the initialisers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `num_hidden_state` argument of this ETP initialiser",
+    label = "expected `usize`",
+    note = "write `num_hidden_state: usize`"
+)]
+pub trait CountArg: Sized {
+    /// Adapt the runtime value.
+    fn from_rule_arg(v: usize) -> Result<Self>;
+}
+impl CountArg for usize {
+    fn from_rule_arg(v: usize) -> Result<Self> {
+        Ok(v)
+    }
+}
+
+/// The trailing params argument of a rule: a reference to the primitive's
+/// own typed params struct.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not the params type of this ETP primitive",
+    label = "expected `&{P}`",
+    note = "the last argument of a rule, when present, is the primitive's own params: `p: &<primitive>::Params`"
+)]
+pub trait ParamsArg<'a, P>: Sized {
+    /// Adapt the typed params.
+    fn from_typed(p: &'a P) -> Self;
+}
+impl<'a, P> ParamsArg<'a, P> for &'a P {
+    fn from_typed(p: &'a P) -> Self {
+        p
+    }
+}
+
+/// The result of `yw_to_w`, `xy_to_dw`, `init_drtrl`, `instant_drtrl`,
+/// `solve_drtrl`: one tensor per trainable.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be returned by this ETP rule",
+    label = "expected `Result<Tensor>` (one trainable) or `Result<TensorMap>` (keyed by trainable name)",
+    note = "a primitive with one trainable may return `Result<Tensor>`; with several trainables the rule returns `Result<TensorMap>`"
+)]
+pub trait MapOutput<A>: Sized {
+    /// Adapt to a map keyed like `keys`.
+    fn into_map<V>(self, keys: &BTreeMap<String, V>, rule: &str) -> Result<TensorMap>;
+}
+impl<A> MapOutput<A> for Result<TensorMap> {
+    fn into_map<V>(self, _keys: &BTreeMap<String, V>, _rule: &str) -> Result<TensorMap> {
+        self
+    }
+}
+impl MapOutput<Single> for Result<Tensor> {
+    fn into_map<V>(self, keys: &BTreeMap<String, V>, rule: &str) -> Result<TensorMap> {
+        let (k, _) = sole(keys, rule)?;
+        let t = self?;
+        Ok(std::iter::once((k.clone(), t)).collect())
+    }
+}
+
+/// The result of `init_pp`: one `(*y.shape, S)` tensor.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be returned by this ETP initialiser",
+    label = "expected `Result<Tensor>`",
+    note = "`init_pp` returns one tensor of shape `(*y.shape, num_hidden_state)`: `Result<Tensor>`"
+)]
+pub trait TensorOutput: Sized {
+    /// Adapt the result.
+    fn into_tensor(self) -> Result<Tensor>;
+}
+impl TensorOutput for Result<Tensor> {
+    fn into_tensor(self) -> Result<Tensor> {
+        self
+    }
+}
+
+/// The impl function was given the wrong number of operands (only reachable
+/// through `EtpPrimitive::call_impl`; `bind` checks the count first).
+pub fn operand_count_error(primitive: &str, expected: usize, got: usize) -> Error {
+    Error::Arity { op: primitive.to_string(), expected: expected.to_string(), got }
+}
+
+/// A typed params struct's `Debug`: `Name { k: v, .. }` with the values as
+/// the dynamic params print them.
+pub fn fmt_params(f: &mut fmt::Formatter<'_>, name: &str, fields: &[(&str, ParamValue)]) -> fmt::Result {
+    let mut d = f.debug_struct(name);
+    for (k, v) in fields {
+        d.field(k, &format_args!("{v}"));
+    }
+    d.finish()
+}
+
+/// Holder for the autoref dispatch of the optional rules (`instant_drtrl`,
+/// `solve_drtrl`): the generated code calls a method on `&Optional<Rules>`
+/// that resolves to `Some(rule)` when a companion implemented it, else to
+/// `None`.
+pub struct Optional<T>(pub std::marker::PhantomData<T>);
+
+/// `Error` for a rule that could not be built because its companion did not
+/// compile (only referenced by the fallback expansion after an error).
+pub fn fallback_rule_error(rule: &str) -> Error {
+    Error::invalid(rule, "this rule's companion did not compile")
+}

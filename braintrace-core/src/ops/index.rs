@@ -48,6 +48,7 @@ impl Primitive for Take {
         ))])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        check_arity("take", inputs, 2)?;
         self.abstract_eval(&[inputs[0].aval(), inputs[1].aval()])?;
         let idx = inputs[1].data_for("take")?.as_i64("take")?.view();
         let e = |m: String| Error::invalid("take", m);
@@ -153,6 +154,7 @@ impl Primitive for ScatterAdd {
         Ok(vec![u.with_shape(&self.shape)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        check_arity("scatter_add", inputs, 2)?;
         self.abstract_eval(&[inputs[0].aval(), inputs[1].aval()])?;
         let idx = inputs[0]
             .data_for("scatter_add")?

@@ -72,6 +72,7 @@ impl Primitive for Matmul {
         Ok(vec![a.with_shape(&out)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        check_arity("matmul", inputs, 2)?;
         let out = self
             .abstract_eval(&[inputs[0].aval(), inputs[1].aval()])?
             .remove(0);

@@ -108,6 +108,31 @@ pub fn batch_by_loop(
     size: usize,
 ) -> Result<(Vec<Tensor>, Vec<bool>)> {
     let p = prim.clone_arc();
+    if size == 0 {
+        // No example to run: the outputs are empty along the batch axis.
+        let ex: Vec<Aval> = args
+            .iter()
+            .zip(batched)
+            .map(|(a, &b)| {
+                if b {
+                    a.aval().with_shape(&a.shape()[1..])
+                } else {
+                    a.aval()
+                }
+            })
+            .collect();
+        let outs: Vec<Tensor> = p
+            .abstract_eval(&ex)?
+            .iter()
+            .map(|o| {
+                let mut s = vec![0];
+                s.extend(o.shape());
+                Tensor::zeros(&s, o.dtype())
+            })
+            .collect();
+        let n = outs.len();
+        return Ok((outs, vec![true; n]));
+    }
     let mut per_out: Vec<Vec<Tensor>> = Vec::new();
     for i in 0..size {
         let sl: Vec<Tensor> = args
@@ -305,7 +330,13 @@ impl Tensor {
         if a.dtype() != b.dtype() {
             return Err(Error::dtype(
                 "matmul",
-                format!("operands have dtypes {} and {}", a.dtype(), b.dtype()),
+                format!(
+                    "operands have dtypes {} and {} (shapes {:?} @ {:?})",
+                    a.dtype(),
+                    b.dtype(),
+                    a.shape(),
+                    b.shape()
+                ),
             ));
         }
         let a2 = if a.ndim() == 1 {
@@ -330,7 +361,14 @@ impl Tensor {
                 ),
             ));
         }
-        let lead = broadcast_shapes("matmul", &[&a2.shape()[..ra - 2], &b2.shape()[..rb - 2]])?;
+        let lead = broadcast_shapes("matmul", &[&a2.shape()[..ra - 2], &b2.shape()[..rb - 2]])
+            .map_err(|_| {
+                Error::shape(
+                    "matmul",
+                    format!("{:?} @ {:?}", a.shape(), b.shape()),
+                    "leading (batch) dimensions cannot be broadcast together",
+                )
+            })?;
         let mut sa = lead.clone();
         sa.extend(&a2.shape()[ra - 2..]);
         let mut sb = lead.clone();

@@ -14,4 +14,4 @@ mod user;
 
 pub use register::{etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv};
 pub use sparse::CsrStructure;
-pub use user::{conv, element_wise, lora_matmul, matmul, sparse_matmul, Transforms};
+pub use user::{conv, conv_params, element_wise, lora_matmul, matmul, sparse_matmul, Transforms};

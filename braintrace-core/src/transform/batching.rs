@@ -25,6 +25,31 @@ pub fn vmap_graph(
     batched: &[bool],
     size: usize,
 ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+    if args.len() != g.invars.len() || batched.len() != args.len() {
+        return Err(Error::arity(
+            "vmap",
+            format!("{} (with one batched flag each)", g.invars.len()),
+            args.len().min(batched.len()),
+        ));
+    }
+    for (i, ((a, &b), &v)) in args.iter().zip(batched).zip(&g.invars).enumerate() {
+        let ex = if b {
+            (a.ndim() >= 1 && a.shape()[0] == size).then(|| a.aval().with_shape(&a.shape()[1..]))
+        } else {
+            Some(a.aval())
+        };
+        if ex.as_ref() != Some(&g.avals[v]) {
+            return Err(Error::transform(
+                "vmap",
+                format!(
+                    "argument {i} is {}{} but the graph expects {} per example (batch size {size})",
+                    a.aval(),
+                    if b { " (batched on axis 0)" } else { "" },
+                    g.avals[v]
+                ),
+            ));
+        }
+    }
     let mut val: Vec<Option<Tensor>> = vec![None; g.avals.len()];
     let mut bat = vec![false; g.avals.len()];
     for ((&v, a), &b) in g.invars.iter().zip(args).zip(batched) {
