@@ -496,7 +496,10 @@ impl Primitive for Scalar {
             ScalarOp::Add => t.clone(),
             ScalarOp::Mul => t.mul_scalar(s)?,
             ScalarOp::RSub => t.neg()?,
-            ScalarOp::RDiv => t.mul(&y.square()?)?.mul_scalar(-1.0 / s)?,
+            // d(s/x) = -s/x^2 (not -y^2/s, which is NaN for s = 0).
+            ScalarOp::RDiv => t.mul(&x.square()?.rdiv_scalar(-s)?)?,
+            // x^0 is constant (x^-1 * 0 would be NaN at x = 0).
+            ScalarOp::Pow if s == 0.0 => return Ok((vec![y], vec![None])),
             ScalarOp::Pow => t.mul(&x.pow_scalar(s - 1.0)?)?.mul_scalar(s)?,
             ScalarOp::Max => t.mul(&x.add_scalar(-s)?.step()?)?,
             ScalarOp::Min => t.mul(&x.rsub_scalar(s)?.step()?)?,

@@ -31,17 +31,6 @@ pub(crate) fn lora_impl(op: &str, args: &[Tensor], p: &Params) -> Result<Tensor>
     }
 }
 
-/// `yw_to_w`: every leaf scaled along the output axis by `h[..., o]`.
-pub(crate) fn lora_yw_to_w(hidden: &Tensor, trace: &TensorMap, _p: &Params) -> Result<TensorMap> {
-    trace
-        .iter()
-        .map(|(k, t)| {
-            let f = if k == "bias" { t.mul(hidden)? } else { t.mul(&over_inputs(hidden)?)? };
-            Ok((k.clone(), f))
-        })
-        .collect()
-}
-
 /// `xy_to_dw`: `dB = α xᵀ (h Afᵀ) ⊙ b_fn'`, `dA = α (x Bf)ᵀ h ⊙ a_fn'`, `db = Σ_b h ⊙ g'`.
 pub(crate) fn lora_xy_to_dw(op: &str, x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
     let x = x.ok_or_else(|| Error::etp(op, "rule xy_to_dw", "needs x"))?;

@@ -57,7 +57,8 @@ fn lora_spec(name: &'static str, batched: bool) -> EtpPrimitiveSpec {
     let mut s = EtpPrimitiveSpec::new(
         name,
         move |a, p| lora::lora_impl(name, a, p),
-        YwToW::new(lora::lora_yw_to_w),
+        // Every LoRA trace leaf scales along the output axis, exactly as dense's.
+        YwToW::new(dense::dense_yw_to_w),
         XyToDw::new(move |x, h, w, p| lora::lora_xy_to_dw(name, x, h, w, p)),
         InitDrtrl::new(lora::lora_init_drtrl),
         InitPp::new(dense::init_pp_y),

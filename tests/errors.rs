@@ -1,0 +1,521 @@
+//! Bad input returns `Err` (never panics), and the message names the op
+//! and the offending shapes / dtypes / axes.
+
+use braintrace::graph::{bind, Primitive};
+use braintrace::ops::elementwise::{
+    Binary, BinaryOp, Cast, Compare, CompareOp, Scalar, ScalarOp, Select, StopGradient, Unary,
+    UnaryOp,
+};
+use braintrace::ops::index::{scatter_add, ScatterAdd, Take};
+use braintrace::ops::linalg::Matmul;
+use braintrace::ops::shape::{BroadcastInDim, Concat, Pad, ReduceSum, Reshape, SliceOp, Transpose};
+use braintrace::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// Run `f` expecting `Err`; a panic or `Ok` fails with `what`.
+#[track_caller]
+fn err_of<T: std::fmt::Debug>(what: &str, f: impl FnOnce() -> Result<T>) -> Error {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => panic!("{what}: expected an error, got Ok({v:?})"),
+        Ok(Err(e)) => e,
+        Err(_) => panic!("{what}: panicked instead of returning an error"),
+    }
+}
+
+/// Assert the message contains every needle.
+#[track_caller]
+fn assert_msg(what: &str, e: &Error, needles: &[&str]) {
+    let m = e.to_string();
+    for n in needles {
+        assert!(
+            m.contains(n),
+            "{what}: message `{m}` does not mention `{n}`"
+        );
+    }
+}
+
+/// Run `f` eagerly and inside a trace (the error must come out of both).
+#[track_caller]
+fn err_eager_and_traced(
+    what: &str,
+    args: &[Tensor],
+    f: fn(&[Tensor]) -> Result<Tensor>,
+) -> (Error, Error) {
+    let eager = err_of(&format!("{what} (eager)"), || f(args));
+    let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+    let traced = err_of(&format!("{what} (traced)"), || {
+        make_graph(|a: &[Tensor]| Ok(vec![f(a)?]), &avals)
+    });
+    (eager, traced)
+}
+
+fn z(shape: &[usize]) -> Tensor {
+    Tensor::zeros(shape, DType::F64)
+}
+
+// ------------------------------------------------------------------ shapes
+
+#[test]
+fn elementwise_shape_mismatch_names_op_and_shapes() {
+    type Op = fn(&[Tensor]) -> Result<Tensor>;
+    let ops: [(&str, Op); 7] = [
+        ("add", |a| a[0].add(&a[1])),
+        ("sub", |a| a[0].sub(&a[1])),
+        ("mul", |a| a[0].mul(&a[1])),
+        ("div", |a| a[0].div(&a[1])),
+        ("maximum", |a| a[0].maximum(&a[1])),
+        ("minimum", |a| a[0].minimum(&a[1])),
+        ("pow", |a| a[0].pow(&a[1])),
+    ];
+    for (name, f) in ops {
+        let (e, t) = err_eager_and_traced(name, &[z(&[2, 3]), z(&[4, 5])], f);
+        for e in [e, t] {
+            assert!(matches!(e, Error::Shape { .. }), "{name}: {e:?}");
+            assert_msg(name, &e, &[name, "[2, 3]", "[4, 5]"]);
+        }
+    }
+    let e = err_of("where", || {
+        where_(&Tensor::ones(&[2], DType::Bool), &z(&[3]), &z(&[3]))
+    });
+    assert_msg("where", &e, &["select", "[2]", "[3]"]);
+    let e = err_of("gt", || z(&[2, 3]).gt(&z(&[3, 2])));
+    assert_msg("gt", &e, &["[2, 3]", "[3, 2]"]);
+}
+
+#[test]
+fn matmul_shape_mismatch_names_op_and_shapes() {
+    let (e, t) = err_eager_and_traced("matmul", &[z(&[2, 3]), z(&[4, 5])], |a| a[0].matmul(&a[1]));
+    for e in [e, t] {
+        assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+        assert_msg("matmul", &e, &["matmul", "[2, 3]", "[4, 5]"]);
+    }
+    // Leading (batch) dimensions that do not broadcast: still both full shapes.
+    let e = err_of("matmul batch", || z(&[2, 3, 4]).matmul(&z(&[3, 4, 5])));
+    assert_msg("matmul batch", &e, &["matmul", "[2, 3, 4]", "[3, 4, 5]"]);
+    let e = err_of("matmul 1-D", || z(&[3]).matmul(&z(&[4])));
+    assert_msg("matmul 1-D", &e, &["matmul", "[3]", "[4]"]);
+    let e = err_of("matmul 0-D", || z(&[]).matmul(&z(&[4])));
+    assert_msg("matmul 0-D", &e, &["matmul", "[]", "[4]"]);
+}
+
+#[test]
+fn structural_shape_errors() {
+    let x = z(&[2, 3]);
+    let e = err_of("reshape", || x.reshape(&[4, 2]));
+    assert_msg("reshape", &e, &["reshape", "[2,3]", "[4, 2]"]);
+    let e = err_of("broadcast_to", || x.broadcast_to(&[3, 3]));
+    assert_msg("broadcast_to", &e, &["broadcast_to", "[2, 3]", "[3, 3]"]);
+    let e = err_of("broadcast_to lower rank", || x.broadcast_to(&[3]));
+    assert_msg(
+        "broadcast_to lower rank",
+        &e,
+        &["broadcast_to", "[2, 3]", "[3]"],
+    );
+    let e = err_of("transpose", || x.transpose(&[0, 0]));
+    assert_msg("transpose", &e, &["transpose", "[2, 3]"]);
+    let e = err_of("transpose length", || x.transpose(&[1, 0, 2]));
+    assert_msg("transpose length", &e, &["transpose"]);
+    let e = err_of("squeeze non-1", || x.squeeze(&[1]));
+    assert_msg("squeeze non-1", &e, &["squeeze", "[2, 3]"]);
+    let e = err_of("slice", || x.slice(&[0, 1], &[2, 4]));
+    assert_msg("slice", &e, &["slice", "[2, 3]"]);
+    let e = err_of("slice start > limit", || x.slice(&[1, 2], &[0, 3]));
+    assert_msg("slice start > limit", &e, &["slice"]);
+    let e = err_of("slice rank", || x.slice(&[0], &[1]));
+    assert_msg("slice rank", &e, &["slice"]);
+    let e = err_of("slice_axis", || x.slice_axis(1, 2, 5));
+    assert_msg("slice_axis", &e, &["slice", "[2, 3]"]);
+    let e = err_of("index_axis", || x.index_axis(1, 3));
+    assert_msg("index_axis", &e, &["index_axis", "[2, 3]"]);
+    let e = err_of("pad", || x.pad(&[1], &[1]));
+    assert_msg("pad", &e, &["pad", "[2, 3]"]);
+    let e = err_of("concat", || concat(&[x.clone(), z(&[3, 3])], 1));
+    assert_msg("concat", &e, &["concatenate", "f64[2,3]", "f64[3,3]"]);
+    let e = err_of("stack", || stack(&[x.clone(), z(&[3, 2])], 0));
+    assert_msg("stack", &e, &["concatenate"]);
+    let e = err_of("scatter_add updates", || {
+        scatter_add(&Tensor::zeros(&[2], DType::I64), &z(&[3]), 0, &[4])
+    });
+    assert_msg("scatter_add updates", &e, &["scatter_add", "[3]"]);
+}
+
+// ------------------------------------------------------------------ dtypes
+
+#[test]
+fn dtype_mismatch() {
+    let a = z(&[2, 3]);
+    let b = Tensor::zeros(&[2, 3], DType::F32);
+    for (name, r) in [
+        ("add", err_of("add", || a.add(&b))),
+        ("mul", err_of("mul", || a.mul(&b))),
+        ("matmul", err_of("matmul", || a.matmul(&b.t()?))),
+        ("gt", err_of("gt", || a.gt(&b))),
+    ] {
+        assert!(matches!(r, Error::DType { .. }), "{name}: {r:?}");
+        assert_msg(name, &r, &["f64", "f32"]);
+    }
+    let e = err_of("add", || a.add(&b));
+    assert_msg("add dtype", &e, &["add", "[2, 3]"]);
+    let e = err_of("matmul", || a.matmul(&b.t()?));
+    assert_msg("matmul dtype", &e, &["matmul", "[2, 3]", "[3, 2]"]);
+    // Non-float operands of float ops.
+    let i = Tensor::zeros(&[3], DType::I64);
+    let e = err_of("exp of i64", || i.exp());
+    assert_msg("exp of i64", &e, &["exp", "i64"]);
+    let e = err_of("sum of bool", || Tensor::ones(&[3], DType::Bool).sum_all());
+    assert_msg("sum of bool", &e, &["sum", "bool"]);
+    let e = err_of("mul_scalar of i64", || i.mul_scalar(2.0));
+    assert_msg("mul_scalar of i64", &e, &["mul_scalar", "i64"]);
+    // Index and mask dtypes.
+    let e = err_of("take f64 indices", || a.take(&z(&[2]), 0));
+    assert_msg("take f64 indices", &e, &["take", "i64"]);
+    let e = err_of("where f64 cond", || where_(&a, &a, &a));
+    assert_msg("where f64 cond", &e, &["select", "bool"]);
+    let e = err_of("where value dtypes", || {
+        where_(&Tensor::ones(&[2, 3], DType::Bool), &a, &b)
+    });
+    assert_msg("where value dtypes", &e, &["select", "f64", "f32"]);
+    let e = err_of("concat dtypes", || concat(&[a.clone(), b.clone()], 0));
+    assert_msg(
+        "concat dtypes",
+        &e,
+        &["concatenate", "f64[2,3]", "f32[2,3]"],
+    );
+}
+
+// ------------------------------------------------------------------ arity
+
+/// Every core primitive, with its expected operand count.
+fn core_primitives() -> Vec<(Arc<dyn Primitive>, usize)> {
+    vec![
+        (Arc::new(Unary(UnaryOp::Exp)), 1),
+        (Arc::new(Binary(BinaryOp::Add)), 2),
+        (
+            Arc::new(Scalar {
+                op: ScalarOp::Mul,
+                value: 2.0,
+            }),
+            1,
+        ),
+        (Arc::new(Compare(CompareOp::Gt)), 2),
+        (Arc::new(Select), 3),
+        (Arc::new(Cast(DType::F32)), 1),
+        (Arc::new(StopGradient), 1),
+        (Arc::new(Reshape { shape: vec![6] }), 1),
+        (Arc::new(Transpose { perm: vec![1, 0] }), 1),
+        (
+            Arc::new(BroadcastInDim {
+                shape: vec![2, 3],
+                dims: vec![0, 1],
+            }),
+            1,
+        ),
+        (Arc::new(ReduceSum { axes: vec![0] }), 1),
+        (
+            Arc::new(SliceOp {
+                starts: vec![0, 0],
+                limits: vec![1, 1],
+            }),
+            1,
+        ),
+        (
+            Arc::new(Pad {
+                lo: vec![0, 0],
+                hi: vec![1, 1],
+            }),
+            1,
+        ),
+        (Arc::new(Matmul), 2),
+        (Arc::new(Take { axis: 0 }), 2),
+        (
+            Arc::new(ScatterAdd {
+                axis: 0,
+                shape: vec![2, 3],
+            }),
+            2,
+        ),
+    ]
+}
+
+#[test]
+fn wrong_number_of_arguments_to_a_primitive() {
+    let x = z(&[2, 3]);
+    for (p, n) in core_primitives() {
+        let name = p.name();
+        for count in [0, n - 1, n + 1] {
+            if count == n {
+                continue;
+            }
+            let args = vec![x.clone(); count];
+            let e = err_of(&format!("{name} with {count} args (eager)"), || {
+                bind(p.clone(), &args)
+            });
+            // The message names the primitive (reduce_sum reports as `sum`).
+            let shown = if name == "reduce_sum" { "sum" } else { &name };
+            assert_msg(&name, &e, &[shown, &count.to_string()]);
+            let avals = vec![x.aval(); count];
+            let p2 = p.clone();
+            let e = err_of(&format!("{name} with {count} args (traced)"), || {
+                make_graph(move |a: &[Tensor]| bind(p2.clone(), a), &avals)
+            });
+            assert_msg(&name, &e, &[&count.to_string()]);
+        }
+    }
+    let e = err_of("concatenate of nothing", || {
+        bind(Arc::new(Concat { axis: 0 }), &[])
+    });
+    assert!(matches!(e, Error::Arity { .. }), "{e:?}");
+    let e = err_of("concat of nothing", || concat(&[], 0));
+    assert_msg("concat of nothing", &e, &["concatenate"]);
+    let e = err_of("stack of nothing", || stack(&[], 0));
+    assert_msg("stack of nothing", &e, &["stack"]);
+}
+
+#[test]
+fn wrong_number_of_arguments_to_a_graph_or_transform() {
+    let g = make_graph(
+        |a: &[Tensor]| Ok(vec![a[0].add(&a[1])?]),
+        &[Aval::new(&[2], DType::F64), Aval::new(&[2], DType::F64)],
+    )
+    .unwrap();
+    let e = err_of("graph eval with 1 arg", || g.eval(&[z(&[2])]));
+    assert!(matches!(e, Error::Arity { .. }), "{e:?}");
+    assert_msg("graph eval", &e, &["2", "1"]);
+    let e = err_of("graph eval with 3 args", || {
+        g.eval(&[z(&[2]), z(&[2]), z(&[2])])
+    });
+    assert!(matches!(e, Error::Arity { .. }), "{e:?}");
+    let e = err_of("graph eval with a wrong aval", || {
+        g.eval(&[z(&[2]), z(&[3])])
+    });
+    assert_msg("graph eval aval", &e, &["f64[3]", "f64[2]"]);
+    // Interpreters called with the wrong number of arguments.
+    let e = err_of("jvp_graph", || {
+        braintrace::transform::jvp_graph(&g, &[z(&[2])], &[None])
+    });
+    assert!(matches!(e, Error::Arity { .. }), "{e:?}");
+    let e = err_of("vmap_graph", || {
+        braintrace::transform::vmap_graph(&g, &[z(&[3, 2])], &[true], 3)
+    });
+    assert_msg("vmap_graph", &e, &["2", "1"]);
+    let e = err_of("vmap_graph batched flags", || {
+        braintrace::transform::vmap_graph(&g, &[z(&[3, 2]), z(&[3, 2])], &[true], 3)
+    });
+    assert_msg("vmap_graph batched flags", &e, &["vmap"]);
+    // jvp with mismatched primals / tangents.
+    let f = |a: &[Tensor]| Ok(vec![a[0].exp()?]);
+    let e = err_of("jvp count", || jvp(f, &[z(&[2])], &[]));
+    assert_msg("jvp count", &e, &["jvp", "1", "0"]);
+    let e = err_of("jvp tangent aval", || jvp(f, &[z(&[2])], &[z(&[3])]));
+    assert_msg("jvp tangent aval", &e, &["jvp", "f64[3]", "f64[2]"]);
+    // Pullback with the wrong cotangents.
+    let (_, pb) = vjp(f, &[z(&[2])]).unwrap();
+    let e = err_of("pullback count", || pb.apply(&[]));
+    assert_msg("pullback count", &e, &["vjp", "1", "0"]);
+    let e = err_of("pullback aval", || pb.apply(&[z(&[3])]));
+    assert_msg("pullback aval", &e, &["vjp", "f64[3]", "f64[2]"]);
+    // grad_scalar of a function with two outputs.
+    let e = err_of("grad_scalar", || {
+        braintrace::grad_scalar(|a: &[Tensor]| Ok(vec![a[0].sum_all()?, a[0].sum_all()?]))(&[z(&[
+            2,
+        ])])
+    });
+    assert_msg("grad_scalar", &e, &["grad", "2"]);
+}
+
+// ------------------------------------------------------------------ axes
+
+#[test]
+fn out_of_range_axes() {
+    let x = z(&[2, 3]);
+    let cases: Vec<(&str, Error)> = vec![
+        ("sum", err_of("sum", || x.sum(&[2]))),
+        ("mean", err_of("mean", || x.mean(&[0, 5]))),
+        ("expand_dims", err_of("expand_dims", || x.expand_dims(3))),
+        ("squeeze", err_of("squeeze", || x.squeeze(&[2]))),
+        ("slice_axis", err_of("slice_axis", || x.slice_axis(2, 0, 1))),
+        ("index_axis", err_of("index_axis", || x.index_axis(2, 0))),
+        (
+            "take",
+            err_of("take", || x.take(&Tensor::zeros(&[1], DType::I64), 2)),
+        ),
+        (
+            "concatenate",
+            err_of("concat", || concat(&[x.clone(), x.clone()], 2)),
+        ),
+        (
+            "concatenate",
+            err_of("concat single", || concat(std::slice::from_ref(&x), 2)),
+        ),
+        (
+            "expand_dims",
+            err_of("stack", || stack(&[x.clone(), x.clone()], 3)),
+        ),
+        (
+            "scatter_add",
+            err_of("scatter_add", || {
+                scatter_add(&Tensor::zeros(&[1], DType::I64), &z(&[1]), 1, &[4])
+            }),
+        ),
+    ];
+    for (op, e) in cases {
+        assert!(matches!(e, Error::Axis { .. }), "{op}: {e:?}");
+        assert_msg(op, &e, &[op, "out of range"]);
+    }
+    // Traced too.
+    let e = err_of("sum traced", || {
+        make_graph(|a: &[Tensor]| Ok(vec![a[0].sum(&[2])?]), &[x.aval()])
+    });
+    assert_msg("sum traced", &e, &["sum", "axis 2", "[2, 3]"]);
+}
+
+#[test]
+fn vmap_in_axes_errors() {
+    let f = |a: &[Tensor]| Ok(vec![a[0].add(&a[1])?]);
+    let (x, y) = (z(&[2, 3]), z(&[2, 3]));
+    // Out of range.
+    let e = err_of("vmap axis", || {
+        vmap(f, vec![Some(2), None])(&[x.clone(), y.clone()])
+    });
+    assert!(matches!(e, Error::Transform { .. }), "{e:?}");
+    assert_msg("vmap axis", &e, &["vmap", "in_axes[0] = 2", "[2, 3]"]);
+    // Wrong length.
+    let e = err_of("vmap in_axes length", || {
+        vmap(f, vec![Some(0)])(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap in_axes length", &e, &["vmap", "in_axes", "1", "2"]);
+    let e = err_of("vmap in_axes too long", || {
+        vmap(f, vec![Some(0); 3])(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap in_axes too long", &e, &["vmap", "in_axes", "3", "2"]);
+    // Mapped sizes differ.
+    let e = err_of("vmap sizes", || {
+        vmap(f, vec![Some(0), Some(1)])(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap sizes", &e, &["vmap", "[2, 3]"]);
+    // Nothing mapped.
+    let e = err_of("vmap none", || {
+        vmap(f, vec![None, None])(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap none", &e, &["vmap"]);
+    // Out axes.
+    let e = err_of("vmap out_axes", || {
+        braintrace::vmap_out(f, vec![Some(0), Some(0)], Some(vec![3]))(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap out_axes", &e, &["vmap", "out_axes"]);
+    let e = err_of("vmap out_axes length", || {
+        braintrace::vmap_out(f, vec![Some(0), Some(0)], Some(vec![0, 0]))(&[x.clone(), y.clone()])
+    });
+    assert_msg("vmap out_axes length", &e, &["vmap", "out_axes"]);
+    // Errors of the mapped function come through, naming the op.
+    let e = err_of("vmap inner", || {
+        vmap(f, vec![Some(0), Some(0)])(&[x.clone(), z(&[2, 4])])
+    });
+    assert_msg("vmap inner", &e, &["add", "[3]", "[4]"]);
+}
+
+// ------------------------------------------------------------------ grad
+
+#[test]
+fn grad_of_non_scalar_output() {
+    let x = z(&[3]);
+    let e = err_of("grad non-scalar", || {
+        grad(|a: &[Tensor]| a[0].exp())(std::slice::from_ref(&x))
+    });
+    assert!(matches!(e, Error::Transform { .. }), "{e:?}");
+    assert_msg("grad non-scalar", &e, &["grad", "scalar", "[3]"]);
+    let e = err_of("grad shape [1]", || {
+        grad(|a: &[Tensor]| a[0].sum(&[1]))(&[z(&[1, 1])])
+    });
+    assert_msg("grad shape [1]", &e, &["grad", "[1]"]);
+    let e = err_of("value_and_grad non-scalar", || {
+        value_and_grad(|a: &[Tensor]| a[0].exp())(std::slice::from_ref(&x))
+    });
+    assert_msg("value_and_grad non-scalar", &e, &["grad", "[3]"]);
+    let e = err_of("grad of a bool output", || {
+        grad(|a: &[Tensor]| a[0].sum_all()?.gt(&Tensor::scalar(0.0)))(std::slice::from_ref(&x))
+    });
+    assert_msg("grad bool", &e, &["grad", "bool"]);
+    // Inside vmap and jit, the error still surfaces.
+    let e = err_of("vmap(grad non-scalar)", || {
+        vmap(grad(|a: &[Tensor]| a[0].exp()), vec![Some(0)])(&[z(&[2, 3])])
+    });
+    assert_msg("vmap(grad)", &e, &["grad", "[3]"]);
+    let e = err_of("jit(grad non-scalar)", || {
+        jit(grad(|a: &[Tensor]| a[0].exp()))(std::slice::from_ref(&x))
+    });
+    assert_msg("jit(grad)", &e, &["grad", "[3]"]);
+}
+
+// ------------------------------------------------------------------ construction and indices
+
+#[test]
+fn from_vec_length_mismatch() {
+    let e = err_of("from_vec", || {
+        Tensor::from_vec(vec![1.0, 2.0, 3.0], &[2, 2])
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    assert_msg("from_vec", &e, &["from_vec", "[2, 2]", "3", "4"]);
+    let e = err_of("from_vec scalar", || Tensor::from_vec(vec![], &[]));
+    assert_msg("from_vec scalar", &e, &["from_vec", "0", "1"]);
+    let e = err_of("from_vec_typed", || {
+        Tensor::from_vec_typed(vec![1i64; 5], &[2])
+    });
+    assert_msg("from_vec_typed", &e, &["from_vec", "[2]", "5"]);
+    let e = err_of("item", || Tensor::from_vec(vec![1.0, 2.0], &[2])?.item());
+    assert_msg("item", &e, &["item", "[2]"]);
+}
+
+#[test]
+fn take_out_of_range_index() {
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]).unwrap();
+    for (bad, axis) in [
+        (3i64, 0usize),
+        (-1, 0),
+        (2, 1),
+        (i64::MAX, 0),
+        (i64::MIN, 1),
+    ] {
+        let idx = Tensor::from_vec_typed(vec![0, bad], &[2]).unwrap();
+        let e = err_of(&format!("take {bad} axis {axis}"), || x.take(&idx, axis));
+        assert_msg("take", &e, &["take", &bad.to_string()]);
+        // Under jit and grad the error comes out at execution time.
+        let i2 = idx.clone();
+        let e = err_of("jit take", || {
+            jit(move |a: &[Tensor]| Ok(vec![a[0].take(&i2, axis)?]))(std::slice::from_ref(&x))
+        });
+        assert_msg("jit take", &e, &["take"]);
+        let i3 = idx.clone();
+        let e = err_of("grad take", || {
+            grad(move |a: &[Tensor]| a[0].take(&i3, axis)?.sum_all())(std::slice::from_ref(&x))
+        });
+        assert_msg("grad take", &e, &["take"]);
+        // Mapped over the other axis, each example is a row/column of x.
+        let e = err_of("vmap take", || {
+            vmap(
+                |a: &[Tensor]| Ok(vec![a[0].take(&a[1], 0)?]),
+                vec![Some(1 - axis), None],
+            )(&[x.clone(), idx.clone()])
+        });
+        assert_msg("vmap take", &e, &["take"]);
+    }
+    let idx = Tensor::from_vec_typed(vec![4i64], &[1]).unwrap();
+    let e = err_of("scatter_add", || scatter_add(&idx, &z(&[1, 2]), 0, &[3, 2]));
+    assert_msg("scatter_add", &e, &["scatter_add", "4"]);
+}
+
+#[test]
+fn symbolic_data_access_is_an_error() {
+    let e = err_of("to_vec_f64 while tracing", || {
+        make_graph(
+            |a: &[Tensor]| {
+                let _ = a[0].to_vec_f64()?;
+                Ok(vec![a[0].clone()])
+            },
+            &[Aval::new(&[2], DType::F64)],
+        )
+    });
+    assert!(matches!(e, Error::Symbolic { .. }), "{e:?}");
+    assert_msg("symbolic", &e, &["to_vec_f64", "[2]"]);
+}
