@@ -10,8 +10,9 @@
 
 pub use crate::error::{Error, Result};
 pub use crate::etp::{
-    lazy_counterpart, register_primitive_spec, sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec, ImplFn, InitDrtrl, InitPp, InstantDrtrl, ParamType,
-    ParamValue, Params, PrimitiveOptions, SolveDrtrl, StaticPrimitive, TensorMap, XyToDw, YwToW,
+    lazy_counterpart, register_primitive_spec, sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec,
+    ImplFn, InitDrtrl, InitPp, InstantDrtrl, ParamType, ParamValue, Params, PrimitiveOptions,
+    SolveDrtrl, StaticPrimitive, TensorMap, XyToDw, YwToW,
 };
 pub use crate::tensor::{Aval, Tensor};
 pub use inventory;
@@ -244,12 +245,20 @@ impl TensorOutput for Result<Tensor> {
 /// The impl function was given the wrong number of operands (only reachable
 /// through `EtpPrimitive::call_impl`; `bind` checks the count first).
 pub fn operand_count_error(primitive: &str, expected: usize, got: usize) -> Error {
-    Error::Arity { op: primitive.to_string(), expected: expected.to_string(), got }
+    Error::Arity {
+        op: primitive.to_string(),
+        expected: expected.to_string(),
+        got,
+    }
 }
 
 /// A typed params struct's `Debug`: `Name { k: v, .. }` with the values as
 /// the dynamic params print them.
-pub fn fmt_params(f: &mut fmt::Formatter<'_>, name: &str, fields: &[(&str, ParamValue)]) -> fmt::Result {
+pub fn fmt_params(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    fields: &[(&str, ParamValue)],
+) -> fmt::Result {
     let mut d = f.debug_struct(name);
     for (k, v) in fields {
         d.field(k, &format_args!("{v}"));
@@ -268,3 +277,51 @@ pub struct Optional<T>(pub std::marker::PhantomData<T>);
 pub fn fallback_rule_error(rule: &str) -> Error {
     Error::invalid(rule, "this rule's companion did not compile")
 }
+
+/// Probe for a `#[param]` type: the typed params struct converts its fields
+/// through `(&ParamProbe::<T>::new()).to_value(..)`, which resolves to the
+/// `ParamType` conversion when `T` implements it, and otherwise to an
+/// unreachable fallback. A type that is not a param type is then reported
+/// once, by [`assert_param_type`] at the argument's type, instead of once
+/// per generated use.
+pub struct ParamProbe<T>(std::marker::PhantomData<T>);
+impl<T> ParamProbe<T> {
+    /// A probe.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        ParamProbe(std::marker::PhantomData)
+    }
+}
+/// The real conversion of a param type.
+pub trait ParamProbeImpl<T> {
+    /// To the dynamic value.
+    fn to_value(&self, v: &T) -> ParamValue;
+    /// Read `key` from `params`.
+    fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+}
+impl<T: ParamType> ParamProbeImpl<T> for ParamProbe<T> {
+    fn to_value(&self, v: &T) -> ParamValue {
+        v.to_param()
+    }
+    fn read(&self, params: &Params, op: &str, key: &str) -> Result<T> {
+        params.get(op, key)
+    }
+}
+/// The fallback for a type that is not a param type (never runs: the
+/// crate does not compile, [`assert_param_type`] says why).
+pub trait ParamProbeFallback<T> {
+    /// Unreachable.
+    fn to_value(&self, v: &T) -> ParamValue;
+    /// Unreachable.
+    fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+}
+impl<T> ParamProbeFallback<T> for &ParamProbe<T> {
+    fn to_value(&self, _v: &T) -> ParamValue {
+        unreachable!("not a param type")
+    }
+    fn read(&self, _params: &Params, _op: &str, _key: &str) -> Result<T> {
+        unreachable!("not a param type")
+    }
+}
+/// Compile-time check that a `#[param]` argument's type is a param type.
+pub fn assert_param_type<T: ParamType>() {}

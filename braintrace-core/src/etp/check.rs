@@ -59,7 +59,14 @@ impl fmt::Display for RuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "rule check of `{}`:", self.primitive)?;
         for c in &self.checks {
-            writeln!(f, "  {:<12} {}  max deviation {:.3e}  ({})", c.rule, if c.passed { "ok  " } else { "FAIL" }, c.max_abs_dev, c.detail)?;
+            writeln!(
+                f,
+                "  {:<12} {}  max deviation {:.3e}  ({})",
+                c.rule,
+                if c.passed { "ok  " } else { "FAIL" },
+                c.max_abs_dev,
+                c.detail
+            )?;
         }
         Ok(())
     }
@@ -67,10 +74,14 @@ impl fmt::Display for RuleReport {
 
 /// Deterministic values in [-1, 1] shaped like `like`.
 fn pseudo_random(like: &Tensor, seed: u64) -> Result<Tensor> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let data: Vec<f64> = (0..like.size())
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
         })
         .collect();
@@ -99,18 +110,28 @@ fn compare(rule: &str, got: &TensorMap, want: &TensorMap, what: &str) -> Result<
         };
         if g.shape() != w.shape() {
             passed = false;
-            notes.push(format!("`{k}` has shape {:?}, reference {:?}", g.shape(), w.shape()));
+            notes.push(format!(
+                "`{k}` has shape {:?}, reference {:?}",
+                g.shape(),
+                w.shape()
+            ));
             continue;
         }
         let d = max_abs(&g.sub(w)?)?;
         let tol = tolerance(w.dtype(), max_abs(w)?);
-        if !(d <= tol) {
+        // NaN deviations fail too.
+        if d.is_nan() || d > tol {
             passed = false;
             notes.push(format!("`{k}` deviates by {d:.3e} (tolerance {tol:.1e})"));
         }
         dev = dev.max(d);
     }
-    Ok(RuleCheck { rule: rule.into(), max_abs_dev: dev, passed, detail: notes.join("; ") })
+    Ok(RuleCheck {
+        rule: rule.into(),
+        max_abs_dev: dev,
+        passed,
+        detail: notes.join("; "),
+    })
 }
 
 /// For primitives whose `xy_to_dw` leaves are per position (conv's bias):
@@ -135,7 +156,13 @@ fn reduce_per_position(mut got: TensorMap, reference: &TensorMap) -> Result<Tens
 }
 
 /// Per-sample instantaneous term stacked over the batch (or unbatched).
-fn instant(p: &EtpPrimitive, x: Option<&Tensor>, h: &Tensor, w: &TensorMap, params: &Params) -> Result<TensorMap> {
+fn instant(
+    p: &EtpPrimitive,
+    x: Option<&Tensor>,
+    h: &Tensor,
+    w: &TensorMap,
+    params: &Params,
+) -> Result<TensorMap> {
     if !p.is_batched() {
         return p.instant_drtrl(x, h, w, params);
     }
@@ -164,7 +191,11 @@ fn instant(p: &EtpPrimitive, x: Option<&Tensor>, h: &Tensor, w: &TensorMap, para
 ///   `xy_to_dw(x, g ⊙ hidden)`;
 /// * `init_drtrl` returns zeros shaped like the trace plus the state axis,
 ///   `init_pp` zeros of shape `(*y.shape, S)` and `y`'s dtype.
-pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -> Result<RuleReport> {
+pub fn check_rules(
+    p: &EtpPrimitive,
+    example_args: &[Tensor],
+    params: &Params,
+) -> Result<RuleReport> {
     let (x, w) = p.split_args(example_args)?;
     let y = p.bind(example_args, params)?;
     let hidden = pseudo_random(&y, 17)?;
@@ -173,7 +204,10 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
 
     // xy_to_dw against autodiff of the impl.
     let names: Vec<(String, usize)> = p.present_trainables(example_args.len());
-    let wvals: Vec<Tensor> = names.iter().map(|(_, i)| example_args[*i].clone()).collect();
+    let wvals: Vec<Tensor> = names
+        .iter()
+        .map(|(_, i)| example_args[*i].clone())
+        .collect();
     let f = |ws: &[Tensor]| {
         let mut full = example_args.to_vec();
         for ((_, i), t) in names.iter().zip(ws) {
@@ -182,38 +216,67 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
         Ok(vec![p.call_impl(&full, params)?])
     };
     let (_, pb) = vjp(f, &wvals)?;
-    let auto: TensorMap = names.iter().map(|(k, _)| k.clone()).zip(pb.apply(std::slice::from_ref(&hidden))?).collect();
+    let auto: TensorMap = names
+        .iter()
+        .map(|(k, _)| k.clone())
+        .zip(pb.apply(std::slice::from_ref(&hidden))?)
+        .collect();
     let mut dw = p.xy_to_dw(x.as_ref(), &hidden, &w, params)?;
     if !p.exact_dw_shapes() {
         dw = reduce_per_position(dw, &auto)?;
     }
-    checks.push(compare("xy_to_dw", &dw, &auto, "vs VJP of the impl at cotangent `hidden`")?);
+    checks.push(compare(
+        "xy_to_dw",
+        &dw,
+        &auto,
+        "vs VJP of the impl at cotangent `hidden`",
+    )?);
 
     // yw_to_w: chain rule on the instantaneous trace.
     let ones = y.ones_like();
     let iota1 = instant(p, x.as_ref(), &ones, &w, params)?;
     let iota_h = instant(p, x.as_ref(), &hidden, &w, params)?;
     let spread = p.yw_to_w(&hidden, &iota1, params)?;
-    checks.push(compare("yw_to_w", &spread, &iota_h, "yw_to_w(hidden, ι(1)) vs ι(hidden)")?);
+    checks.push(compare(
+        "yw_to_w",
+        &spread,
+        &iota_h,
+        "yw_to_w(hidden, ι(1)) vs ι(hidden)",
+    )?);
 
     // Solve: Σ_b solve(g, ι(hidden)) == xy_to_dw(x, g ⊙ hidden).
     let want = p.xy_to_dw(x.as_ref(), &signal.mul(&hidden)?, &w, params)?;
     let solved = if p.is_batched() {
         let mut acc: Option<TensorMap> = None;
         for b in 0..y.shape()[0] {
-            let tb: TensorMap = iota_h.iter().map(|(k, t)| Ok((k.clone(), t.index_axis0(b)?))).collect::<Result<_>>()?;
+            let tb: TensorMap = iota_h
+                .iter()
+                .map(|(k, t)| Ok((k.clone(), t.index_axis0(b)?)))
+                .collect::<Result<_>>()?;
             let s = p.solve_drtrl(&signal.index_axis0(b)?, &tb, &w, params)?;
             acc = Some(match acc {
                 None => s,
-                Some(a) => a.into_iter().map(|(k, v)| Ok((k.clone(), v.add(&s[&k])?))).collect::<Result<_>>()?,
+                Some(a) => a
+                    .into_iter()
+                    .map(|(k, v)| Ok((k.clone(), v.add(&s[&k])?)))
+                    .collect::<Result<_>>()?,
             });
         }
         acc.unwrap_or_default()
     } else {
         p.solve_drtrl(&signal, &iota_h, &w, params)?
     };
-    let want = if p.exact_dw_shapes() { want } else { reduce_per_position(want, &solved)? };
-    checks.push(compare("solve_drtrl", &solved, &want, "Σ_batch solve(g, ι(hidden)) vs xy_to_dw(x, g ⊙ hidden)")?);
+    let want = if p.exact_dw_shapes() {
+        want
+    } else {
+        reduce_per_position(want, &solved)?
+    };
+    checks.push(compare(
+        "solve_drtrl",
+        &solved,
+        &want,
+        "Σ_batch solve(g, ι(hidden)) vs xy_to_dw(x, g ⊙ hidden)",
+    )?);
 
     // Initialisers.
     let wav: AvalMap = w.iter().map(|(k, t)| (k.clone(), t.aval())).collect();
@@ -225,10 +288,16 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
         let mut dev = 0.0f64;
         for (k, t) in &init {
             dev = dev.max(max_abs(t)?);
-            let want: Vec<usize> = iota1.get(k).map(|i| i.shape().iter().copied().chain([s]).collect()).unwrap_or_default();
+            let want: Vec<usize> = iota1
+                .get(k)
+                .map(|i| i.shape().iter().copied().chain([s]).collect())
+                .unwrap_or_default();
             if t.shape() != want.as_slice() {
                 passed = false;
-                notes.push(format!("`{k}` has shape {:?}, the trace needs {want:?}", t.shape()));
+                notes.push(format!(
+                    "`{k}` has shape {:?}, the trace needs {want:?}",
+                    t.shape()
+                ));
             }
             if !t.dtype().is_float() {
                 passed = false;
@@ -239,7 +308,12 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
             passed = false;
             notes.push("not all zeros".into());
         }
-        checks.push(RuleCheck { rule: "init_drtrl".into(), max_abs_dev: dev, passed, detail: notes.join("; ") });
+        checks.push(RuleCheck {
+            rule: "init_drtrl".into(),
+            max_abs_dev: dev,
+            passed,
+            detail: notes.join("; "),
+        });
 
         let pp = p.init_pp(xav.as_ref(), &y.aval(), &wav, s, params)?;
         let dev = max_abs(&pp)?;
@@ -248,8 +322,16 @@ pub fn check_rules(p: &EtpPrimitive, example_args: &[Tensor], params: &Params) -
             rule: "init_pp".into(),
             max_abs_dev: dev,
             passed: ok,
-            detail: format!("S = {s}; shape {:?}, dtype {} (y: {})", pp.shape(), pp.dtype(), y.dtype()),
+            detail: format!(
+                "S = {s}; shape {:?}, dtype {} (y: {})",
+                pp.shape(),
+                pp.dtype(),
+                y.dtype()
+            ),
         });
     }
-    Ok(RuleReport { primitive: p.name().to_string(), checks })
+    Ok(RuleReport {
+        primitive: p.name().to_string(),
+        checks,
+    })
 }

@@ -130,8 +130,16 @@ impl Params {
     }
     /// A typed value; `op` names the primitive in the error.
     pub fn get<T: ParamType>(&self, op: &str, key: &str) -> Result<T> {
-        let v = self.0.get(key).ok_or_else(|| Error::Param { op: op.into(), param: key.into(), reason: "missing".into() })?;
-        T::from_param(v).ok_or_else(|| Error::Param { op: op.into(), param: key.into(), reason: format!("cannot read {v} as {}", std::any::type_name::<T>()) })
+        let v = self.0.get(key).ok_or_else(|| Error::Param {
+            op: op.into(),
+            param: key.into(),
+            reason: "missing".into(),
+        })?;
+        T::from_param(v).ok_or_else(|| Error::Param {
+            op: op.into(),
+            param: key.into(),
+            reason: format!("cannot read {v} as {}", std::any::type_name::<T>()),
+        })
     }
     /// A typed value, or `default` when absent.
     pub fn get_or<T: ParamType>(&self, op: &str, key: &str, default: T) -> Result<T> {
@@ -273,7 +281,9 @@ impl<A: ParamType, B: ParamType> ParamType for (A, B) {
     }
     fn from_param(v: &ParamValue) -> Option<Self> {
         match v {
-            ParamValue::List(l) if l.len() == 2 => Some((A::from_param(&l[0])?, B::from_param(&l[1])?)),
+            ParamValue::List(l) if l.len() == 2 => {
+                Some((A::from_param(&l[0])?, B::from_param(&l[1])?))
+            }
             _ => None,
         }
     }
@@ -326,14 +336,20 @@ impl ElemFn {
         F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
         D: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
     {
-        ElemFn { name: name.into(), f: Arc::new(f), df: Arc::new(df) }
+        ElemFn {
+            name: name.into(),
+            f: Arc::new(f),
+            df: Arc::new(df),
+        }
     }
     /// One of the built-in transforms: `identity`, `tanh`, `softplus`,
     /// `square`, `exp`, `sigmoid`, `relu`.
     pub fn builtin(name: &str) -> Option<ElemFn> {
         Some(match name {
             "identity" => ElemFn::new("identity", |w| Ok(w.clone()), |w| Ok(w.ones_like())),
-            "tanh" => ElemFn::new("tanh", Tensor::tanh, |w| w.tanh()?.square()?.rsub_scalar(1.0)),
+            "tanh" => ElemFn::new("tanh", Tensor::tanh, |w| {
+                w.tanh()?.square()?.rsub_scalar(1.0)
+            }),
             "softplus" => ElemFn::new("softplus", Tensor::softplus, Tensor::sigmoid),
             "square" => ElemFn::new("square", Tensor::square, |w| w.mul_scalar(2.0)),
             "exp" => ElemFn::new("exp", Tensor::exp, Tensor::exp),

@@ -4,8 +4,13 @@
 //! all from the one implementation function.
 
 use super::params::Params;
-use super::registry::{self, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP, ETP_RULES_INSTANT_DRTRL, ETP_RULES_SOLVE_DRTRL, ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W};
-use super::rules::{AvalMap, EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW};
+use super::registry::{
+    self, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP, ETP_RULES_INSTANT_DRTRL, ETP_RULES_SOLVE_DRTRL,
+    ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W,
+};
+use super::rules::{
+    AvalMap, EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW,
+};
 use super::spec::EtpPrimitiveSpec;
 use crate::error::{Error, Result};
 use crate::graph::{self, LinearArg, Primitive};
@@ -166,30 +171,55 @@ fn validate_layout(name: &str, o: &PrimitiveOptions) -> Result<()> {
     let mut seen = HashSet::new();
     let mut names = HashSet::new();
     if o.trainables.is_empty() {
-        return Err(Error::etp(name, "registration", "an ETP primitive needs at least one trainable operand"));
+        return Err(Error::etp(
+            name,
+            "registration",
+            "an ETP primitive needs at least one trainable operand",
+        ));
     }
     for (k, i) in &o.trainables {
         if !names.insert(k.as_str()) {
-            return Err(Error::etp(name, "registration", format!("trainable `{k}` is listed twice")));
+            return Err(Error::etp(
+                name,
+                "registration",
+                format!("trainable `{k}` is listed twice"),
+            ));
         }
         if !seen.insert(*i) {
-            return Err(Error::etp(name, "registration", format!("operand index {i} is used twice in the layout")));
+            return Err(Error::etp(
+                name,
+                "registration",
+                format!("operand index {i} is used twice in the layout"),
+            ));
         }
     }
     if let Some(x) = o.x_index {
         if !seen.insert(x) {
-            return Err(Error::etp(name, "registration", format!("x index {x} is also a trainable operand")));
+            return Err(Error::etp(
+                name,
+                "registration",
+                format!("x index {x} is also a trainable operand"),
+            ));
         }
     }
     if let Some(n) = o.num_args {
         if let Some(&bad) = seen.iter().find(|&&i| i >= n) {
-            return Err(Error::etp(name, "registration", format!("layout index {bad} is out of range for {n} operands")));
+            return Err(Error::etp(
+                name,
+                "registration",
+                format!("layout index {bad} is out of range for {n} operands"),
+            ));
         }
     }
     Ok(())
 }
 
-pub(crate) fn new_primitive(name: &str, impl_fn: ImplFn, opts: PrimitiveOptions, spec: Option<Arc<EtpPrimitiveSpec>>) -> Result<EtpPrimitive> {
+pub(crate) fn new_primitive(
+    name: &str,
+    impl_fn: ImplFn,
+    opts: PrimitiveOptions,
+    spec: Option<Arc<EtpPrimitiveSpec>>,
+) -> Result<EtpPrimitive> {
     validate_layout(name, &opts)?;
     let counterpart = opts.batched_counterpart.clone();
     let p = EtpPrimitive(Arc::new(Inner {
@@ -201,7 +231,11 @@ pub(crate) fn new_primitive(name: &str, impl_fn: ImplFn, opts: PrimitiveOptions,
         warned: AtomicBool::new(false),
         counterpart: RwLock::new(counterpart),
     }));
-    let origin = p.0.opts.origin.clone().unwrap_or_else(|| format!("registered at runtime as `{name}`"));
+    let origin =
+        p.0.opts
+            .origin
+            .clone()
+            .unwrap_or_else(|| format!("registered at runtime as `{name}`"));
     registry::register_name(&p, &origin)?;
     Ok(p)
 }
@@ -222,7 +256,11 @@ pub(crate) fn new_primitive(name: &str, impl_fn: ImplFn, opts: PrimitiveOptions,
 /// assert!(y.to_vec_f64()?.iter().all(|&v| v == 1.5));
 /// # Ok::<(), braintrace_core::Error>(())
 /// ```
-pub fn register_primitive<F>(name: &str, impl_fn: F, options: PrimitiveOptions) -> Result<EtpPrimitive>
+pub fn register_primitive<F>(
+    name: &str,
+    impl_fn: F,
+    options: PrimitiveOptions,
+) -> Result<EtpPrimitive>
 where
     F: Fn(&[Tensor], &Params) -> Result<Tensor> + Send + Sync + 'static,
 {
@@ -255,7 +293,13 @@ impl EtpPrimitive {
     }
     /// The trainables present in a bind with `num_args` operands.
     pub fn present_trainables(&self, num_args: usize) -> Vec<(String, usize)> {
-        self.0.opts.trainables.iter().filter(|(_, i)| *i < num_args).cloned().collect()
+        self.0
+            .opts
+            .trainables
+            .iter()
+            .filter(|(_, i)| *i < num_args)
+            .cloned()
+            .collect()
     }
     /// Output index of `y` (always 0: primitives have one output).
     pub fn y_index(&self) -> usize {
@@ -275,7 +319,12 @@ impl EtpPrimitive {
     }
     /// The batched counterpart, if any.
     pub fn batched_counterpart(&self) -> Option<EtpPrimitive> {
-        let c = self.0.counterpart.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let c = self
+            .0
+            .counterpart
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         c.map(|c| match c {
             Counterpart::Primitive(p) => p,
             Counterpart::Lazy(f) => f(),
@@ -283,7 +332,11 @@ impl EtpPrimitive {
     }
     /// Set the batched counterpart after registration.
     pub fn set_batched_counterpart(&self, p: &EtpPrimitive) {
-        *self.0.counterpart.write().unwrap_or_else(|e| e.into_inner()) = Some(Counterpart::Primitive(p.clone()));
+        *self
+            .0
+            .counterpart
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Counterpart::Primitive(p.clone()));
     }
     /// Call the implementation function directly (no equation is recorded
     /// for the primitive itself; its core ops are).
@@ -295,19 +348,50 @@ impl EtpPrimitive {
         let o = &self.0.opts;
         if let Some(n) = o.num_args {
             if args.len() != n {
-                return Err(Error::etp(&self.0.name, "bind", format!("expected {n} operands, got {} (shapes {})", args.len(), shapes(args))));
+                return Err(Error::etp(
+                    &self.0.name,
+                    "bind",
+                    format!(
+                        "expected {n} operands, got {} (shapes {})",
+                        args.len(),
+                        shapes(args)
+                    ),
+                ));
             }
         }
-        let max = o.trainables.iter().filter(|(k, _)| !o.optional.contains(k)).map(|(_, i)| *i).chain(o.x_index).max().unwrap_or(0);
+        let max = o
+            .trainables
+            .iter()
+            .filter(|(k, _)| !o.optional.contains(k))
+            .map(|(_, i)| *i)
+            .chain(o.x_index)
+            .max()
+            .unwrap_or(0);
         if args.len() <= max {
-            return Err(Error::etp(&self.0.name, "bind", format!("the layout needs at least {} operands, got {} (shapes {})", max + 1, args.len(), shapes(args))));
+            return Err(Error::etp(
+                &self.0.name,
+                "bind",
+                format!(
+                    "the layout needs at least {} operands, got {} (shapes {})",
+                    max + 1,
+                    args.len(),
+                    shapes(args)
+                ),
+            ));
         }
         for (k, i) in &o.trainables {
             if *i >= args.len() {
                 continue;
             }
             if !args[*i].dtype().is_float() {
-                return Err(Error::etp(&self.0.name, "bind", format!("trainable `{k}` (operand {i}) must be a float tensor, got {}", args[*i].aval())));
+                return Err(Error::etp(
+                    &self.0.name,
+                    "bind",
+                    format!(
+                        "trainable `{k}` (operand {i}) must be a float tensor, got {}",
+                        args[*i].aval()
+                    ),
+                ));
             }
         }
         Ok(())
@@ -316,7 +400,13 @@ impl EtpPrimitive {
     /// Apply the primitive: one equation while tracing, its impl when eager.
     pub fn bind(&self, args: &[Tensor], params: &Params) -> Result<Tensor> {
         self.check_args(args)?;
-        graph::bind1(Arc::new(EtpEqn { prim: self.clone(), params: params.clone() }), args)
+        graph::bind1(
+            Arc::new(EtpEqn {
+                prim: self.clone(),
+                params: params.clone(),
+            }),
+            args,
+        )
     }
 
     /// Register the `yw_to_w` rule.
@@ -373,63 +463,147 @@ impl EtpPrimitive {
     }
 
     fn missing(&self, rule: &str) -> Error {
-        Error::MissingRule { primitive: self.0.name.clone(), rule: rule.into(), detail: format!("; register it with `register_{rule}`") }
+        Error::MissingRule {
+            primitive: self.0.name.clone(),
+            rule: rule.into(),
+            detail: format!("; register it with `register_{rule}`"),
+        }
     }
 
     fn check_like(&self, rule: &str, out: &TensorMap, like: &BTreeMapView) -> Result<()> {
         for (k, a) in like {
             match out.get(*k) {
-                None => return Err(Error::etp(&self.0.name, format!("rule {rule}"), format!("result lacks trainable `{k}` (got keys {:?})", out.keys().collect::<Vec<_>>()))),
+                None => {
+                    return Err(Error::etp(
+                        &self.0.name,
+                        format!("rule {rule}"),
+                        format!(
+                            "result lacks trainable `{k}` (got keys {:?})",
+                            out.keys().collect::<Vec<_>>()
+                        ),
+                    ))
+                }
                 Some(t) if t.shape() != a.shape() => {
-                    return Err(Error::etp(&self.0.name, format!("rule {rule}"), format!("result `{k}` has shape {:?}, expected {:?}", t.shape(), a.shape())))
+                    return Err(Error::etp(
+                        &self.0.name,
+                        format!("rule {rule}"),
+                        format!(
+                            "result `{k}` has shape {:?}, expected {:?}",
+                            t.shape(),
+                            a.shape()
+                        ),
+                    ))
                 }
                 _ => {}
             }
         }
         if out.len() != like.len() {
-            return Err(Error::etp(&self.0.name, format!("rule {rule}"), format!("result has keys {:?}, expected {:?}", out.keys().collect::<Vec<_>>(), like.iter().map(|(k, _)| k).collect::<Vec<_>>())));
+            return Err(Error::etp(
+                &self.0.name,
+                format!("rule {rule}"),
+                format!(
+                    "result has keys {:?}, expected {:?}",
+                    out.keys().collect::<Vec<_>>(),
+                    like.iter().map(|(k, _)| k).collect::<Vec<_>>()
+                ),
+            ));
         }
         Ok(())
     }
 
     /// Call the registered `yw_to_w`, checking that the result has the trace's structure.
-    pub fn yw_to_w(&self, hidden: &Tensor, trace: &TensorMap, params: &Params) -> Result<TensorMap> {
-        let r = ETP_RULES_YW_TO_W.get(self).ok_or_else(|| self.missing("yw_to_w"))?;
-        let out = r.call(hidden, trace, params).map_err(|e| self.wrap("rule yw_to_w", e))?;
+    pub fn yw_to_w(
+        &self,
+        hidden: &Tensor,
+        trace: &TensorMap,
+        params: &Params,
+    ) -> Result<TensorMap> {
+        let r = ETP_RULES_YW_TO_W
+            .get(self)
+            .ok_or_else(|| self.missing("yw_to_w"))?;
+        let out = r
+            .call(hidden, trace, params)
+            .map_err(|e| self.wrap("rule yw_to_w", e))?;
         let like: BTreeMapView = trace.iter().map(|(k, t)| (k.as_str(), t.aval())).collect();
         self.check_like("yw_to_w", &out, &like)?;
         Ok(out)
     }
     /// Call the registered `xy_to_dw`, checking keys (and shapes, unless the primitive opts out).
-    pub fn xy_to_dw(&self, x: Option<&Tensor>, hidden: &Tensor, weights: &TensorMap, params: &Params) -> Result<TensorMap> {
-        let r = ETP_RULES_XY_TO_DW.get(self).ok_or_else(|| self.missing("xy_to_dw"))?;
-        let out = r.call(x, hidden, weights, params).map_err(|e| self.wrap("rule xy_to_dw", e))?;
+    pub fn xy_to_dw(
+        &self,
+        x: Option<&Tensor>,
+        hidden: &Tensor,
+        weights: &TensorMap,
+        params: &Params,
+    ) -> Result<TensorMap> {
+        let r = ETP_RULES_XY_TO_DW
+            .get(self)
+            .ok_or_else(|| self.missing("xy_to_dw"))?;
+        let out = r
+            .call(x, hidden, weights, params)
+            .map_err(|e| self.wrap("rule xy_to_dw", e))?;
         if self.exact_dw_shapes() {
-            let like: BTreeMapView = weights.iter().map(|(k, t)| (k.as_str(), t.aval())).collect();
+            let like: BTreeMapView = weights
+                .iter()
+                .map(|(k, t)| (k.as_str(), t.aval()))
+                .collect();
             self.check_like("xy_to_dw", &out, &like)?;
         }
         Ok(out)
     }
     /// The D-RTRL instantaneous term: `instant_drtrl` where registered, else `xy_to_dw`.
-    pub fn instant_drtrl(&self, x: Option<&Tensor>, hidden: &Tensor, weights: &TensorMap, params: &Params) -> Result<TensorMap> {
+    pub fn instant_drtrl(
+        &self,
+        x: Option<&Tensor>,
+        hidden: &Tensor,
+        weights: &TensorMap,
+        params: &Params,
+    ) -> Result<TensorMap> {
         match ETP_RULES_INSTANT_DRTRL.get(self) {
-            Some(r) => r.call(x, hidden, weights, params).map_err(|e| self.wrap("rule instant_drtrl", e)),
+            Some(r) => r
+                .call(x, hidden, weights, params)
+                .map_err(|e| self.wrap("rule instant_drtrl", e)),
             None => self.xy_to_dw(x, hidden, weights, params),
         }
     }
     /// The D-RTRL solve: `solve_drtrl` where registered, else `yw_to_w(g, trace)`.
-    pub fn solve_drtrl(&self, g: &Tensor, trace: &TensorMap, weights: &TensorMap, params: &Params) -> Result<TensorMap> {
+    pub fn solve_drtrl(
+        &self,
+        g: &Tensor,
+        trace: &TensorMap,
+        weights: &TensorMap,
+        params: &Params,
+    ) -> Result<TensorMap> {
         match ETP_RULES_SOLVE_DRTRL.get(self) {
-            Some(r) => r.call(g, trace, weights, params).map_err(|e| self.wrap("rule solve_drtrl", e)),
+            Some(r) => r
+                .call(g, trace, weights, params)
+                .map_err(|e| self.wrap("rule solve_drtrl", e)),
             None => self.yw_to_w(g, trace, params),
         }
     }
     /// Call `init_drtrl`, checking keys, zeros and the trailing state axis.
-    pub fn init_drtrl(&self, x: Option<&Aval>, y: &Aval, weights: &AvalMap, num_hidden_state: usize, params: &Params) -> Result<TensorMap> {
-        let r = ETP_RULES_INIT_DRTRL.get(self).ok_or_else(|| self.missing("init_drtrl"))?;
-        let out = r.call(x, y, weights, num_hidden_state, params).map_err(|e| self.wrap("rule init_drtrl", e))?;
-        for (k, _) in weights {
-            let t = out.get(k).ok_or_else(|| Error::etp(&self.0.name, "rule init_drtrl", format!("result lacks trainable `{k}`")))?;
+    pub fn init_drtrl(
+        &self,
+        x: Option<&Aval>,
+        y: &Aval,
+        weights: &AvalMap,
+        num_hidden_state: usize,
+        params: &Params,
+    ) -> Result<TensorMap> {
+        let r = ETP_RULES_INIT_DRTRL
+            .get(self)
+            .ok_or_else(|| self.missing("init_drtrl"))?;
+        let out = r
+            .call(x, y, weights, num_hidden_state, params)
+            .map_err(|e| self.wrap("rule init_drtrl", e))?;
+        for k in weights.keys() {
+            let t = out.get(k).ok_or_else(|| {
+                Error::etp(
+                    &self.0.name,
+                    "rule init_drtrl",
+                    format!("result lacks trainable `{k}`"),
+                )
+            })?;
             if t.shape().last() != Some(&num_hidden_state) {
                 return Err(Error::etp(&self.0.name, "rule init_drtrl", format!("result `{k}` has shape {:?}; its last axis must be num_hidden_state = {num_hidden_state}", t.shape())));
             }
@@ -437,13 +611,31 @@ impl EtpPrimitive {
         Ok(out)
     }
     /// Call `init_pp`, checking the shape `(*y.shape, S)`.
-    pub fn init_pp(&self, x: Option<&Aval>, y: &Aval, weights: &AvalMap, num_hidden_state: usize, params: &Params) -> Result<Tensor> {
-        let r = ETP_RULES_INIT_PP.get(self).ok_or_else(|| self.missing("init_pp"))?;
-        let out = r.call(x, y, weights, num_hidden_state, params).map_err(|e| self.wrap("rule init_pp", e))?;
+    pub fn init_pp(
+        &self,
+        x: Option<&Aval>,
+        y: &Aval,
+        weights: &AvalMap,
+        num_hidden_state: usize,
+        params: &Params,
+    ) -> Result<Tensor> {
+        let r = ETP_RULES_INIT_PP
+            .get(self)
+            .ok_or_else(|| self.missing("init_pp"))?;
+        let out = r
+            .call(x, y, weights, num_hidden_state, params)
+            .map_err(|e| self.wrap("rule init_pp", e))?;
         let mut want = y.shape().to_vec();
         want.push(num_hidden_state);
         if out.shape() != want.as_slice() {
-            return Err(Error::etp(&self.0.name, "rule init_pp", format!("result has shape {:?}, expected (*y.shape, S) = {want:?}", out.shape())));
+            return Err(Error::etp(
+                &self.0.name,
+                "rule init_pp",
+                format!(
+                    "result has shape {:?}, expected (*y.shape, S) = {want:?}",
+                    out.shape()
+                ),
+            ));
         }
         Ok(out)
     }
@@ -459,7 +651,11 @@ impl EtpPrimitive {
     pub fn split_args(&self, args: &[Tensor]) -> Result<(Option<Tensor>, TensorMap)> {
         self.check_args(args)?;
         let x = self.x_index().map(|i| args[i].clone());
-        let w = self.present_trainables(args.len()).into_iter().map(|(k, i)| (k, args[i].clone())).collect();
+        let w = self
+            .present_trainables(args.len())
+            .into_iter()
+            .map(|(k, i)| (k, args[i].clone()))
+            .collect();
         Ok((x, w))
     }
 }
@@ -467,7 +663,10 @@ impl EtpPrimitive {
 type BTreeMapView<'a> = Vec<(&'a str, Aval)>;
 
 fn shapes(args: &[Tensor]) -> String {
-    args.iter().map(|a| a.aval().to_string()).collect::<Vec<_>>().join(", ")
+    args.iter()
+        .map(|a| a.aval().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An ETP primitive bound with params: the graph equation.
@@ -499,22 +698,43 @@ impl Primitive for EtpEqn {
         self.prim.name().to_string()
     }
     fn params(&self) -> Vec<(String, String)> {
-        self.params.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+        self.params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect()
     }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         let key = (inputs.to_vec(), self.params.clone());
-        if let Some(a) = self.prim.0.shape_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(a) = self
+            .prim
+            .0
+            .shape_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return Ok(vec![a.clone()]);
         }
         let g = self.impl_graph(inputs)?;
         let out = g.out_avals().remove(0);
-        self.prim.0.shape_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, out.clone());
+        self.prim
+            .0
+            .shape_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, out.clone());
         Ok(vec![out])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        Ok(vec![(self.prim.0.impl_fn)(inputs, &self.params).map_err(|e| self.prim.wrap("bind", e))?])
+        Ok(vec![
+            (self.prim.0.impl_fn)(inputs, &self.params).map_err(|e| self.prim.wrap("bind", e))?
+        ])
     }
-    fn jvp(&self, p: &[Tensor], t: &[Option<Tensor>]) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
         // The primal stays one ETP equation; the tangent is the JVP of the impl.
         let y = graph::bind1(Arc::new(self.clone()), p)?;
         let g = self.impl_graph(&crate::ops::avals(p))?;
@@ -524,7 +744,9 @@ impl Primitive for EtpEqn {
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
         // Transpose through linearisation of the impl, valid in the operands
         // it is linear in: evaluate the VJP at zeros of the linear operands.
-        let Some(ct) = &cts[0] else { return Ok(vec![None; args.len()]) };
+        let Some(ct) = &cts[0] else {
+            return Ok(vec![None; args.len()]);
+        };
         let lin: Vec<usize> = (0..args.len()).filter(|&i| args[i].is_linear()).collect();
         let f = |l: &[Tensor]| {
             let mut full = Vec::with_capacity(args.len());
@@ -537,7 +759,10 @@ impl Primitive for EtpEqn {
             }
             Ok(vec![(self.prim.0.impl_fn)(&full, &self.params)?])
         };
-        let zeros: Vec<Tensor> = lin.iter().map(|&i| Tensor::zeros_aval(&args[i].aval())).collect();
+        let zeros: Vec<Tensor> = lin
+            .iter()
+            .map(|&i| Tensor::zeros_aval(&args[i].aval()))
+            .collect();
         let (_, pb) = vjp(f, &zeros)?;
         let g = pb.apply(std::slice::from_ref(ct))?;
         let mut out = vec![None; args.len()];
@@ -546,8 +771,16 @@ impl Primitive for EtpEqn {
         }
         Ok(out)
     }
-    fn batch(&self, args: &[Tensor], batched: &[bool], size: usize) -> Result<(Vec<Tensor>, Vec<bool>)> {
-        let only_x = self.prim.x_index().is_some_and(|xi| batched.iter().enumerate().all(|(i, &b)| b == (i == xi)));
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        let only_x = self
+            .prim
+            .x_index()
+            .is_some_and(|xi| batched.iter().enumerate().all(|(i, &b)| b == (i == xi)));
         if only_x {
             if let Some(cp) = self.prim.batched_counterpart() {
                 return Ok((vec![cp.bind(args, &self.params)?], vec![true]));
@@ -561,7 +794,17 @@ impl Primitive for EtpEqn {
             );
             record_decomposition(self.prim.name());
         }
-        let ex: Vec<Aval> = args.iter().zip(batched).map(|(a, &b)| if b { a.aval().with_shape(&a.shape()[1..]) } else { a.aval() }).collect();
+        let ex: Vec<Aval> = args
+            .iter()
+            .zip(batched)
+            .map(|(a, &b)| {
+                if b {
+                    a.aval().with_shape(&a.shape()[1..])
+                } else {
+                    a.aval()
+                }
+            })
+            .collect();
         let g = self.impl_graph(&ex)?;
         vmap_graph(&g, args, batched, size)
     }
@@ -573,7 +816,10 @@ impl Primitive for EtpEqn {
 static DECOMPOSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn record_decomposition(name: &str) {
-    DECOMPOSED.lock().unwrap_or_else(|e| e.into_inner()).push(name.to_string());
+    DECOMPOSED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(name.to_string());
 }
 
 /// Names of the primitives that were decomposed under `vmap` (each warned

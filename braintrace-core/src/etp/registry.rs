@@ -16,7 +16,10 @@ pub struct RuleRegistry<R> {
 
 impl<R: Clone> RuleRegistry<R> {
     const fn new(name: &'static str) -> Self {
-        RuleRegistry { name, map: RwLock::new(None) }
+        RuleRegistry {
+            name,
+            map: RwLock::new(None),
+        }
     }
     /// The rule's name (`yw_to_w`, ...).
     pub fn name(&self) -> &'static str {
@@ -25,7 +28,11 @@ impl<R: Clone> RuleRegistry<R> {
     /// The rule registered for `p`.
     pub fn get(&self, p: &EtpPrimitive) -> Option<R> {
         ensure_static_registrations();
-        self.map.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(p).cloned())
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|m| m.get(p).cloned())
     }
     /// Whether `p` has this rule.
     pub fn contains(&self, p: &EtpPrimitive) -> bool {
@@ -34,7 +41,11 @@ impl<R: Clone> RuleRegistry<R> {
     /// Number of primitives with this rule.
     pub fn len(&self) -> usize {
         ensure_static_registrations();
-        self.map.read().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, HashMap::len)
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, HashMap::len)
     }
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
@@ -43,10 +54,18 @@ impl<R: Clone> RuleRegistry<R> {
     /// The primitives that have this rule.
     pub fn primitives(&self) -> Vec<EtpPrimitive> {
         ensure_static_registrations();
-        self.map.read().unwrap_or_else(|e| e.into_inner()).as_ref().map_or_else(Vec::new, |m| m.keys().cloned().collect())
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.keys().cloned().collect())
     }
     pub(crate) fn insert(&self, p: &EtpPrimitive, rule: R) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(p.clone(), rule);
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(p.clone(), rule);
     }
 }
 
@@ -80,9 +99,19 @@ pub(crate) fn register_name(p: &EtpPrimitive, origin: &str) -> Result<()> {
         if e.prim == *p {
             return Ok(());
         }
-        return Err(Error::DuplicatePrimitive { name: p.name().to_string(), first: e.origin.clone(), second: origin.to_string() });
+        return Err(Error::DuplicatePrimitive {
+            name: p.name().to_string(),
+            first: e.origin.clone(),
+            second: origin.to_string(),
+        });
     }
-    names.insert(p.name().to_string(), NameEntry { prim: p.clone(), origin: origin.to_string() });
+    names.insert(
+        p.name().to_string(),
+        NameEntry {
+            prim: p.clone(),
+            origin: origin.to_string(),
+        },
+    );
     Ok(())
 }
 
@@ -103,7 +132,10 @@ pub(crate) fn ensure_static_registrations() {
         for s in inventory::iter::<StaticPrimitive> {
             if let Err(e) = (s.get)() {
                 log::error!("{e}");
-                STATIC_ERRORS.write().unwrap_or_else(|e| e.into_inner()).push(e);
+                STATIC_ERRORS
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(e);
             }
         }
     });
@@ -113,13 +145,20 @@ pub(crate) fn ensure_static_registrations() {
 /// names, with both definitions named). Empty when all is well.
 pub fn registration_errors() -> Vec<Error> {
     ensure_static_registrations();
-    STATIC_ERRORS.read().unwrap_or_else(|e| e.into_inner()).clone()
+    STATIC_ERRORS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 /// The primitive registered under `name`.
 pub fn primitive_by_name(name: &str) -> Option<EtpPrimitive> {
     ensure_static_registrations();
-    NAMES.read().unwrap_or_else(|e| e.into_inner()).get(name).map(|e| e.prim.clone())
+    NAMES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .map(|e| e.prim.clone())
 }
 
 /// Like [`primitive_by_name`], with an error for an unknown name.
@@ -130,5 +169,10 @@ pub fn lookup_primitive(name: &str) -> Result<EtpPrimitive> {
 /// Every registered primitive, by name.
 pub fn all_primitives() -> Vec<EtpPrimitive> {
     ensure_static_registrations();
-    NAMES.read().unwrap_or_else(|e| e.into_inner()).values().map(|e| e.prim.clone()).collect()
+    NAMES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .map(|e| e.prim.clone())
+        .collect()
 }

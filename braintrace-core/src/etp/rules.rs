@@ -132,7 +132,10 @@ impl InitDrtrl {
     /// Adapt a single-trainable initialiser `(x, y, w, S, params) -> zeros`.
     pub fn single<F>(f: F) -> Self
     where
-        F: Fn(Option<&Aval>, &Aval, &Aval, usize, &Params) -> Result<Tensor> + Send + Sync + 'static,
+        F: Fn(Option<&Aval>, &Aval, &Aval, usize, &Params) -> Result<Tensor>
+            + Send
+            + Sync
+            + 'static,
     {
         InitDrtrl::new(move |x, y, ws, s, p| {
             let (k, w) = sole(ws, "init_drtrl")?;
@@ -145,7 +148,10 @@ impl InitPp {
     /// Adapt a single-trainable initialiser `(x, y, w, S, params) -> zeros`.
     pub fn single<F>(f: F) -> Self
     where
-        F: Fn(Option<&Aval>, &Aval, &Aval, usize, &Params) -> Result<Tensor> + Send + Sync + 'static,
+        F: Fn(Option<&Aval>, &Aval, &Aval, usize, &Params) -> Result<Tensor>
+            + Send
+            + Sync
+            + 'static,
     {
         InitPp::new(move |x, y, ws, s, p| {
             let (_, w) = sole(ws, "init_pp")?;

@@ -3,9 +3,9 @@
 //! `register_primitive_spec` builds the primitive and `get_primitive_spec`
 //! returns that very spec.
 
+use super::params::Params;
 use super::primitive::{new_primitive, Counterpart, EtpPrimitive, ImplFn, PrimitiveOptions};
 use super::rules::{EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, XyToDw, YwToW};
-use super::params::Params;
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::fmt;
@@ -37,7 +37,14 @@ pub struct EtpPrimitiveSpec {
 
 impl EtpPrimitiveSpec {
     /// A spec with default options (x = operand 0, weight = operand 1).
-    pub fn new<F>(name: &str, impl_fn: F, yw_to_w: YwToW, xy_to_dw: XyToDw, init_drtrl: InitDrtrl, init_pp: InitPp) -> Self
+    pub fn new<F>(
+        name: &str,
+        impl_fn: F,
+        yw_to_w: YwToW,
+        xy_to_dw: XyToDw,
+        init_drtrl: InitDrtrl,
+        init_pp: InitPp,
+    ) -> Self
     where
         F: Fn(&[Tensor], &Params) -> Result<Tensor> + Send + Sync + 'static,
     {
@@ -72,14 +79,22 @@ impl EtpPrimitiveSpec {
 
 impl fmt::Debug for EtpPrimitiveSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtpPrimitiveSpec").field("name", &self.name).field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("EtpPrimitiveSpec")
+            .field("name", &self.name)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
 /// Register a primitive from its spec; fills the same four registries as
 /// class-based registration.
 pub fn register_primitive_spec(spec: Arc<EtpPrimitiveSpec>) -> Result<EtpPrimitive> {
-    let p = new_primitive(&spec.name, spec.impl_fn.clone(), spec.options.clone(), Some(spec.clone()))?;
+    let p = new_primitive(
+        &spec.name,
+        spec.impl_fn.clone(),
+        spec.options.clone(),
+        Some(spec.clone()),
+    )?;
     p.register_etp_rules(spec.rules());
     Ok(p)
 }

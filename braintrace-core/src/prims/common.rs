@@ -19,7 +19,12 @@ pub(crate) fn with_state(shape: &[usize], s: usize) -> Vec<usize> {
 
 /// The trace dtype: the widest float among the operands.
 pub(crate) fn trace_dtype(x: Option<&Aval>, y: &Aval, ws: &AvalMap) -> DType {
-    let any64 = x.iter().map(|a| a.dtype()).chain([y.dtype()]).chain(ws.values().map(|a| a.dtype())).any(|d| d == DType::F64);
+    let any64 = x
+        .iter()
+        .map(|a| a.dtype())
+        .chain([y.dtype()])
+        .chain(ws.values().map(|a| a.dtype()))
+        .any(|d| d == DType::F64);
     if any64 {
         DType::F64
     } else {
@@ -52,5 +57,14 @@ pub(crate) fn sum_batch(h: &Tensor, batched: bool) -> Result<Tensor> {
 
 /// Look up a leaf of a rule's map argument.
 pub(crate) fn leaf<'a>(m: &'a TensorMap, op: &str, key: &str) -> Result<&'a Tensor> {
-    m.get(key).ok_or_else(|| crate::Error::etp(op, "rule", format!("expected a `{key}` entry, got keys {:?}", m.keys().collect::<Vec<_>>())))
+    m.get(key).ok_or_else(|| {
+        crate::Error::etp(
+            op,
+            "rule",
+            format!(
+                "expected a `{key}` entry, got keys {:?}",
+                m.keys().collect::<Vec<_>>()
+            ),
+        )
+    })
 }

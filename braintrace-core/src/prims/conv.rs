@@ -26,31 +26,60 @@ pub(crate) struct ConvSetup {
 }
 
 fn opt_list(p: &Params, key: &str) -> Result<Vec<usize>> {
-    Ok(p.get_or::<Option<Vec<usize>>>(OP, key, None)?.unwrap_or_default())
+    Ok(p.get_or::<Option<Vec<usize>>>(OP, key, None)?
+        .unwrap_or_default())
 }
 
 /// Read the params; `rank` is the rank of a batched `x`.
 pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
-    let d = rank.checked_sub(2).filter(|&d| d > 0).ok_or_else(|| Error::etp(OP, "params", format!("x must have rank >= 3 (batch, channel, spatial...), got rank {rank}")))?;
-    let strides = p.get_or::<Option<Vec<usize>>>(OP, "strides", None)?.unwrap_or_else(|| vec![1; d]);
+    let d = rank.checked_sub(2).filter(|&d| d > 0).ok_or_else(|| {
+        Error::etp(
+            OP,
+            "params",
+            format!("x must have rank >= 3 (batch, channel, spatial...), got rank {rank}"),
+        )
+    })?;
+    let strides = p
+        .get_or::<Option<Vec<usize>>>(OP, "strides", None)?
+        .unwrap_or_else(|| vec![1; d]);
     let padding = match p.raw("padding") {
         None | Some(ParamValue::None) => ConvPadding::Valid,
         Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("same") => ConvPadding::Same,
         Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("valid") => ConvPadding::Valid,
         Some(v) => {
             let pairs: Option<Vec<(i64, i64)>> = crate::etp::ParamType::from_param(v);
-            ConvPadding::Explicit(pairs.ok_or_else(|| Error::Param { op: OP.into(), param: "padding".into(), reason: format!("expected \"SAME\", \"VALID\" or a list of (lo, hi) pairs, got {v}") })?)
+            ConvPadding::Explicit(pairs.ok_or_else(|| Error::Param {
+                op: OP.into(),
+                param: "padding".into(),
+                reason: format!(
+                    "expected \"SAME\", \"VALID\" or a list of (lo, hi) pairs, got {v}"
+                ),
+            })?)
         }
     };
     let groups: usize = p.get_or(OP, "feature_group_count", 1)?;
     let batch_groups: usize = p.get_or(OP, "batch_group_count", 1)?;
     if batch_groups != 1 {
-        return Err(Error::etp(OP, "params", format!("batch_group_count = {batch_groups} is not supported (only 1)")));
+        return Err(Error::etp(
+            OP,
+            "params",
+            format!("batch_group_count = {batch_groups} is not supported (only 1)"),
+        ));
     }
     let dn = match p.get_or::<Option<Vec<String>>>(OP, "dimension_numbers", None)? {
         None => None,
-        Some(v) if v.len() == 3 => Some(ConvDimensionNumbers { lhs: v[0].clone(), rhs: v[1].clone(), out: v[2].clone() }),
-        Some(v) => return Err(Error::Param { op: OP.into(), param: "dimension_numbers".into(), reason: format!("expected three layout strings, got {v:?}") }),
+        Some(v) if v.len() == 3 => Some(ConvDimensionNumbers {
+            lhs: v[0].clone(),
+            rhs: v[1].clone(),
+            out: v[2].clone(),
+        }),
+        Some(v) => {
+            return Err(Error::Param {
+                op: OP.into(),
+                param: "dimension_numbers".into(),
+                reason: format!("expected three layout strings, got {v:?}"),
+            })
+        }
     };
     let (lp, rp, op) = match &dn {
         None => {
@@ -59,8 +88,22 @@ pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
         }
         Some(dn) => layout_perms(dn, rank, OP)?,
     };
-    let conv = ConvParams { strides, padding, lhs_dilation: opt_list(p, "lhs_dilation")?, rhs_dilation: opt_list(p, "rhs_dilation")?, dimension_numbers: dn, feature_group_count: groups };
-    Ok(ConvSetup { conv, kernel_fn: fn_param(p, OP, "kernel_fn")?, bias_fn: fn_param(p, OP, "bias_fn")?, lp, rp, op })
+    let conv = ConvParams {
+        strides,
+        padding,
+        lhs_dilation: opt_list(p, "lhs_dilation")?,
+        rhs_dilation: opt_list(p, "rhs_dilation")?,
+        dimension_numbers: dn,
+        feature_group_count: groups,
+    };
+    Ok(ConvSetup {
+        conv,
+        kernel_fn: fn_param(p, OP, "kernel_fn")?,
+        bias_fn: fn_param(p, OP, "bias_fn")?,
+        lp,
+        rp,
+        op,
+    })
 }
 
 impl ConvSetup {
@@ -73,7 +116,11 @@ impl ConvSetup {
     }
     /// `b` reshaped to broadcast along y's channel axis (`rank` = y's rank).
     fn bias_shape(&self, b: &Tensor, rank: usize, batched: bool) -> Result<Tensor> {
-        let ch = if batched { self.y_channel_axis() } else { self.y_channel_axis() - 1 };
+        let ch = if batched {
+            self.y_channel_axis()
+        } else {
+            self.y_channel_axis() - 1
+        };
         let mut shape = vec![1; rank];
         shape[ch] = b.size();
         b.reshape(&shape)
@@ -99,7 +146,11 @@ impl ConvSetup {
         let h2 = hc.transpose(&perm)?;
         let mut shape = h2.shape()[..1 + d].to_vec();
         for i in 0..k_rank {
-            shape.push(if i == self.rp[0] { h2.shape()[1 + d] } else { 1 });
+            shape.push(if i == self.rp[0] {
+                h2.shape()[1 + d]
+            } else {
+                1
+            });
         }
         h2.reshape(&shape)
     }
@@ -125,9 +176,12 @@ fn drop_batch(t: Tensor, batched: bool) -> Result<Tensor> {
 pub(crate) fn conv_impl(args: &[Tensor], p: &Params) -> Result<Tensor> {
     let s = setup(p, args[0].ndim())?;
     let k = apply_fn(&s.kernel_fn, &args[1])?;
-    let y = conv_general(&args[0], &k, &s.conv).map_err(|e| Error::etp(OP, "bind", e.to_string()))?;
+    let y =
+        conv_general(&args[0], &k, &s.conv).map_err(|e| Error::etp(OP, "bind", e.to_string()))?;
     match args.get(2) {
-        Some(b) => y.add(&s.bias_shape(&apply_fn(&s.bias_fn, b)?, y.ndim(), true)?).map_err(|e| Error::etp(OP, "bind", e.to_string())),
+        Some(b) => y
+            .add(&s.bias_shape(&apply_fn(&s.bias_fn, b)?, y.ndim(), true)?)
+            .map_err(|e| Error::etp(OP, "bind", e.to_string())),
         None => Ok(y),
     }
 }
@@ -173,16 +227,27 @@ fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<T
 }
 
 /// `instant_drtrl` (per sample): weight `(s.., <kernel>)`, bias `h ⊙ g'` per position.
-pub(crate) fn conv_instant_drtrl(x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+pub(crate) fn conv_instant_drtrl(
+    x: Option<&Tensor>,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
     let x = x.ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "needs x"))?;
-    let w = ws.get("weight").ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "expected a `weight` entry"))?;
+    let w = ws
+        .get("weight")
+        .ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "expected a `weight` entry"))?;
     let batched = x.ndim() == w.ndim();
     let s = setup(p, w.ndim())?;
     let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
     let mut out = TensorMap::new();
     for (k, w) in ws {
         let v = if k == "bias" {
-            times_derivative(&s.bias_fn, &s.bias_shape(w, hidden.ndim(), batched)?, hidden)?
+            times_derivative(
+                &s.bias_fn,
+                &s.bias_shape(w, hidden.ndim(), batched)?,
+                hidden,
+            )?
         } else {
             drop_batch(instant_kernel(&s, &xb, &hb, w)?, batched)?
         };
@@ -193,26 +258,45 @@ pub(crate) fn conv_instant_drtrl(x: Option<&Tensor>, hidden: &Tensor, ws: &Tenso
 
 /// `xy_to_dw`: kernel = VJP of `K -> conv(x, kernel_fn(K))` at `h` (sums over
 /// batch and positions); bias = `h ⊙ g'(b)` per position (not summed).
-pub(crate) fn conv_xy_to_dw(x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+pub(crate) fn conv_xy_to_dw(
+    x: Option<&Tensor>,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
     let x = x.ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "needs x"))?;
-    let w = ws.get("weight").ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "expected a `weight` entry"))?;
+    let w = ws
+        .get("weight")
+        .ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "expected a `weight` entry"))?;
     let batched = x.ndim() == w.ndim();
     let s = setup(p, w.ndim())?;
     let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
     let mut out = TensorMap::new();
     let kf = s.kernel_fn.clone();
     let conv = s.conv.clone();
-    let (_, pb) = vjp(move |k: &[Tensor]| Ok(vec![conv_general(&xb, &apply_fn(&kf, &k[0])?, &conv)?]), std::slice::from_ref(w))?;
+    let (_, pb) = vjp(
+        move |k: &[Tensor]| Ok(vec![conv_general(&xb, &apply_fn(&kf, &k[0])?, &conv)?]),
+        std::slice::from_ref(w),
+    )?;
     out.insert("weight".into(), pb.apply(&[hb])?.remove(0));
     if let Some(b) = ws.get("bias") {
-        out.insert("bias".into(), times_derivative(&s.bias_fn, &s.bias_shape(b, hidden.ndim(), batched)?, hidden)?);
+        out.insert(
+            "bias".into(),
+            times_derivative(
+                &s.bias_fn,
+                &s.bias_shape(b, hidden.ndim(), batched)?,
+                hidden,
+            )?,
+        );
     }
     Ok(out)
 }
 
 /// `yw_to_w`: `trace_K[b, s, k, ...] *= h[b, s, k]`, `trace_b *= h` (no spatial sums).
 pub(crate) fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &Params) -> Result<TensorMap> {
-    let tk = trace.get("weight").ok_or_else(|| Error::etp(OP, "rule yw_to_w", "expected a `weight` entry"))?;
+    let tk = trace
+        .get("weight")
+        .ok_or_else(|| Error::etp(OP, "rule yw_to_w", "expected a `weight` entry"))?;
     // trace_K is (B?, s.., kernel); y is (B?, y-layout); the kernel has rank d + 2.
     let k_rank = tk.ndim() + 1 - hidden.ndim(); // kernel rank = d + 2
     let batched = hidden.ndim() == k_rank;
@@ -221,14 +305,28 @@ pub(crate) fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &Params) -> Re
     let h2 = drop_batch(s.h_over_kernel(&hb, k_rank)?, batched)?;
     let mut out = TensorMap::new();
     for (k, t) in trace {
-        out.insert(k.clone(), if k == "bias" { t.mul(hidden)? } else { t.mul(&h2)? });
+        out.insert(
+            k.clone(),
+            if k == "bias" {
+                t.mul(hidden)?
+            } else {
+                t.mul(&h2)?
+            },
+        );
     }
     Ok(out)
 }
 
 /// `solve_drtrl` (per sample): `dK = Σ_s trace_K[s, ..] g[s, o]`, `db = Σ_s trace_b g`.
-pub(crate) fn conv_solve_drtrl(g: &Tensor, trace: &TensorMap, _ws: &TensorMap, p: &Params) -> Result<TensorMap> {
-    let tk = trace.get("weight").ok_or_else(|| Error::etp(OP, "rule solve_drtrl", "expected a `weight` entry"))?;
+pub(crate) fn conv_solve_drtrl(
+    g: &Tensor,
+    trace: &TensorMap,
+    _ws: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
+    let tk = trace
+        .get("weight")
+        .ok_or_else(|| Error::etp(OP, "rule solve_drtrl", "expected a `weight` entry"))?;
     let k_rank = tk.ndim() + 1 - g.ndim();
     let s = setup(p, k_rank)?;
     let d = s.d();
@@ -245,7 +343,13 @@ pub(crate) fn conv_solve_drtrl(g: &Tensor, trace: &TensorMap, _ws: &TensorMap, p
 }
 
 /// `init_drtrl`: `{weight (B, s.., *K.shape, S), bias (*y.shape, S)}`.
-pub(crate) fn conv_init_drtrl(x: Option<&Aval>, y: &Aval, ws: &AvalMap, st: usize, p: &Params) -> Result<TensorMap> {
+pub(crate) fn conv_init_drtrl(
+    x: Option<&Aval>,
+    y: &Aval,
+    ws: &AvalMap,
+    st: usize,
+    p: &Params,
+) -> Result<TensorMap> {
     let dt: DType = trace_dtype(x, y, ws);
     let s = setup(p, y.ndim())?;
     if s.conv.feature_group_count != 1 {
@@ -255,7 +359,11 @@ pub(crate) fn conv_init_drtrl(x: Option<&Aval>, y: &Aval, ws: &AvalMap, st: usiz
     lead.extend(s.y_spatial_order().iter().map(|&j| y.shape()[s.op[2 + j]]));
     ws.iter()
         .map(|(k, w)| {
-            let shape = if k == "bias" { with_state(y.shape(), st) } else { with_state(&[&lead[..], w.shape()].concat(), st) };
+            let shape = if k == "bias" {
+                with_state(y.shape(), st)
+            } else {
+                with_state(&[&lead[..], w.shape()].concat(), st)
+            };
             Ok((k.clone(), Tensor::zeros(&shape, dt)))
         })
         .collect()

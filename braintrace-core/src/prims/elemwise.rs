@@ -13,17 +13,45 @@ pub(crate) fn elemwise_impl(args: &[Tensor], p: &Params) -> Result<Tensor> {
 }
 
 /// `yw_to_w`: `trace *= h`.
-pub(crate) fn elemwise_yw_to_w(hidden: &Tensor, trace: &TensorMap, _p: &Params) -> Result<TensorMap> {
-    trace.iter().map(|(k, t)| Ok((k.clone(), t.mul(hidden)?))).collect()
+pub(crate) fn elemwise_yw_to_w(
+    hidden: &Tensor,
+    trace: &TensorMap,
+    _p: &Params,
+) -> Result<TensorMap> {
+    trace
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.mul(hidden)?)))
+        .collect()
 }
 
 /// `xy_to_dw`: `h ⊙ f'(w)`.
-pub(crate) fn elemwise_xy_to_dw(_x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+pub(crate) fn elemwise_xy_to_dw(
+    _x: Option<&Tensor>,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
     let f = fn_param(p, "etp_elemwise", "weight_fn")?;
-    ws.iter().map(|(k, w)| Ok((k.clone(), times_derivative(&f, w, hidden)?))).collect()
+    ws.iter()
+        .map(|(k, w)| Ok((k.clone(), times_derivative(&f, w, hidden)?)))
+        .collect()
 }
 
 /// `init_drtrl`: `{weight: (*y.shape, S)}` (a model passes the hidden group's shape as `y`).
-pub(crate) fn elemwise_init_drtrl(_x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize, _p: &Params) -> Result<TensorMap> {
-    Ok(ws.keys().map(|k| (k.clone(), Tensor::zeros(&with_state(y.shape(), s), y.dtype()))).collect())
+pub(crate) fn elemwise_init_drtrl(
+    _x: Option<&Aval>,
+    y: &Aval,
+    ws: &AvalMap,
+    s: usize,
+    _p: &Params,
+) -> Result<TensorMap> {
+    Ok(ws
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                Tensor::zeros(&with_state(y.shape(), s), y.dtype()),
+            )
+        })
+        .collect())
 }

@@ -8,10 +8,12 @@ pub mod conv;
 pub mod dense;
 pub mod elemwise;
 pub mod lora;
-pub mod sparse;
 mod register;
+pub mod sparse;
 mod user;
 
-pub use register::{etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv};
+pub use register::{
+    etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv,
+};
 pub use sparse::CsrStructure;
 pub use user::{conv, conv_params, element_wise, lora_matmul, matmul, sparse_matmul, Transforms};

@@ -4,8 +4,8 @@
 
 use super::{conv as cv, dense, elemwise, lora, sparse};
 use crate::etp::{
-    lazy_counterpart, register_primitive_spec, EtpPrimitive, EtpPrimitiveSpec, InitDrtrl, InitPp, InstantDrtrl, PrimitiveOptions, SolveDrtrl, StaticPrimitive,
-    XyToDw, YwToW,
+    lazy_counterpart, register_primitive_spec, EtpPrimitive, EtpPrimitiveSpec, InitDrtrl, InitPp,
+    InstantDrtrl, PrimitiveOptions, SolveDrtrl, StaticPrimitive, XyToDw, YwToW,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -21,7 +21,9 @@ macro_rules! builtin {
 }
 
 fn opts(batched: bool, trainables: &[(&str, usize)], optional_bias: bool) -> PrimitiveOptions {
-    let o = PrimitiveOptions::new().batched(batched).trainables(trainables);
+    let o = PrimitiveOptions::new()
+        .batched(batched)
+        .trainables(trainables);
     if optional_bias {
         o.optional("bias")
     } else {
@@ -63,9 +65,17 @@ fn lora_spec(name: &'static str, batched: bool) -> EtpPrimitiveSpec {
         InitDrtrl::new(lora::lora_init_drtrl),
         InitPp::new(dense::init_pp_y),
     )
-    .with_options(opts(batched, &[("lora_b", 1), ("lora_a", 2), ("bias", 3)], true));
-    s.instant_drtrl = Some(InstantDrtrl::new(move |x, h, w, p| lora::lora_instant_drtrl(name, x, h, w, p)));
-    s.solve_drtrl = Some(SolveDrtrl::new(move |g, t, w, p| lora::lora_solve_drtrl(name, g, t, w, p)));
+    .with_options(opts(
+        batched,
+        &[("lora_b", 1), ("lora_a", 2), ("bias", 3)],
+        true,
+    ));
+    s.instant_drtrl = Some(InstantDrtrl::new(move |x, h, w, p| {
+        lora::lora_instant_drtrl(name, x, h, w, p)
+    }));
+    s.solve_drtrl = Some(SolveDrtrl::new(move |g, t, w, p| {
+        lora::lora_solve_drtrl(name, g, t, w, p)
+    }));
     s
 }
 
@@ -123,4 +133,3 @@ builtin!(
         s
     }
 );
-

@@ -24,19 +24,40 @@ impl CsrStructure {
     /// A structure from CSR arrays; validated.
     pub fn new(shape: (usize, usize), indptr: Vec<usize>, indices: Vec<usize>) -> Result<Self> {
         let bad = |why: String| Error::invalid("CsrStructure", why);
-        if indptr.len() != shape.0 + 1 || indptr.first() != Some(&0) || indptr.windows(2).any(|w| w[0] > w[1]) {
-            return Err(bad(format!("indptr {indptr:?} is not a valid row pointer array for {} rows", shape.0)));
+        if indptr.len() != shape.0 + 1
+            || indptr.first() != Some(&0)
+            || indptr.windows(2).any(|w| w[0] > w[1])
+        {
+            return Err(bad(format!(
+                "indptr {indptr:?} is not a valid row pointer array for {} rows",
+                shape.0
+            )));
         }
         if *indptr.last().expect("non-empty") != indices.len() {
-            return Err(bad(format!("indptr ends at {} but there are {} indices", indptr.last().expect("non-empty"), indices.len())));
+            return Err(bad(format!(
+                "indptr ends at {} but there are {} indices",
+                indptr.last().expect("non-empty"),
+                indices.len()
+            )));
         }
         if let Some(c) = indices.iter().find(|&&c| c >= shape.1) {
-            return Err(bad(format!("column index {c} out of range for {} columns", shape.1)));
+            return Err(bad(format!(
+                "column index {c} out of range for {} columns",
+                shape.1
+            )));
         }
-        Ok(CsrStructure { shape, indptr, indices })
+        Ok(CsrStructure {
+            shape,
+            indptr,
+            indices,
+        })
     }
     /// The structure of the non-zeros of a dense `(n_in, n_out)` matrix given row-major.
-    pub fn from_dense_pattern(n_in: usize, n_out: usize, nonzero: impl Fn(usize, usize) -> bool) -> Self {
+    pub fn from_dense_pattern(
+        n_in: usize,
+        n_out: usize,
+        nonzero: impl Fn(usize, usize) -> bool,
+    ) -> Self {
         let mut indptr = vec![0];
         let mut indices = Vec::new();
         for r in 0..n_in {
@@ -47,7 +68,11 @@ impl CsrStructure {
             }
             indptr.push(indices.len());
         }
-        CsrStructure { shape: (n_in, n_out), indptr, indices }
+        CsrStructure {
+            shape: (n_in, n_out),
+            indptr,
+            indices,
+        }
     }
     /// Number of stored entries.
     pub fn nnz(&self) -> usize {
@@ -55,7 +80,9 @@ impl CsrStructure {
     }
     /// Row of each stored entry.
     pub fn rows(&self) -> Vec<usize> {
-        (0..self.shape.0).flat_map(|r| std::iter::repeat_n(r, self.indptr[r + 1] - self.indptr[r])).collect()
+        (0..self.shape.0)
+            .flat_map(|r| std::iter::repeat_n(r, self.indptr[r + 1] - self.indptr[r]))
+            .collect()
     }
     fn idx_tensor(v: &[usize]) -> Result<Tensor> {
         Tensor::from_vec_typed(v.iter().map(|&i| i as i64).collect(), &[v.len()])
@@ -70,15 +97,30 @@ impl CsrStructure {
     }
     /// Flat dense positions `row * n_out + col` as an i64 tensor.
     pub fn flat_tensor(&self) -> Result<Tensor> {
-        let flat: Vec<usize> = self.rows().iter().zip(&self.indices).map(|(r, c)| r * self.shape.1 + c).collect();
+        let flat: Vec<usize> = self
+            .rows()
+            .iter()
+            .zip(&self.indices)
+            .map(|(r, c)| r * self.shape.1 + c)
+            .collect();
         Self::idx_tensor(&flat)
     }
     /// The dense `(n_in, n_out)` matrix holding `values` (`(nnz,)`).
     pub fn densify(&self, values: &Tensor) -> Result<Tensor> {
         if values.shape() != [self.nnz()] {
-            return Err(Error::shape("sparse", format!("values {:?}, structure nnz {}", values.shape(), self.nnz()), "the weight must hold one value per stored entry"));
+            return Err(Error::shape(
+                "sparse",
+                format!("values {:?}, structure nnz {}", values.shape(), self.nnz()),
+                "the weight must hold one value per stored entry",
+            ));
         }
-        scatter_add(&self.flat_tensor()?, values, 0, &[self.shape.0 * self.shape.1])?.reshape(&[self.shape.0, self.shape.1])
+        scatter_add(
+            &self.flat_tensor()?,
+            values,
+            0,
+            &[self.shape.0 * self.shape.1],
+        )?
+        .reshape(&[self.shape.0, self.shape.1])
     }
 }
 
@@ -101,7 +143,12 @@ impl ParamType for CsrStructure {
         if shape.len() != 2 {
             return None;
         }
-        CsrStructure::new((shape[0], shape[1]), usize_list(m, "indptr")?, usize_list(m, "indices")?).ok()
+        CsrStructure::new(
+            (shape[0], shape[1]),
+            usize_list(m, "indptr")?,
+            usize_list(m, "indices")?,
+        )
+        .ok()
     }
 }
 
@@ -112,39 +159,68 @@ fn structure(op: &str, p: &Params) -> Result<CsrStructure> {
 /// `y = x @ densify(weight_fn(w)) (+ bias_fn(b))`.
 pub(crate) fn sparse_impl(op: &str, args: &[Tensor], p: &Params) -> Result<Tensor> {
     let s = structure(op, p)?;
-    let w = s.densify(&apply_fn(&fn_param(p, op, "weight_fn")?, &args[1])?).map_err(|e| Error::etp(op, "bind", e.to_string()))?;
-    let y = args[0].matmul(&w).map_err(|e| Error::etp(op, "bind", e.to_string()))?;
+    let w = s
+        .densify(&apply_fn(&fn_param(p, op, "weight_fn")?, &args[1])?)
+        .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
+    let y = args[0]
+        .matmul(&w)
+        .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
     match args.get(2) {
-        Some(b) => y.add(&apply_fn(&fn_param(p, op, "bias_fn")?, b)?).map_err(|e| Error::etp(op, "bind", e.to_string())),
+        Some(b) => y
+            .add(&apply_fn(&fn_param(p, op, "bias_fn")?, b)?)
+            .map_err(|e| Error::etp(op, "bind", e.to_string())),
         None => Ok(y),
     }
 }
 
 /// `yw_to_w`: `trace_w[..., p] *= h[..., col(p)]`, `trace_b *= h`.
-pub(crate) fn sparse_yw_to_w(op: &str, hidden: &Tensor, trace: &TensorMap, p: &Params) -> Result<TensorMap> {
+pub(crate) fn sparse_yw_to_w(
+    op: &str,
+    hidden: &Tensor,
+    trace: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
     let s = structure(op, p)?;
     trace
         .iter()
         .map(|(k, t)| {
-            let f = if k == "bias" { t.mul(hidden)? } else { t.mul(&hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?)? };
+            let f = if k == "bias" {
+                t.mul(hidden)?
+            } else {
+                t.mul(&hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?)?
+            };
             Ok((k.clone(), f))
         })
         .collect()
 }
 
 /// `xy_to_dw`: `dw[p] = f'(w[p]) Σ_b x[b, row(p)] h[b, col(p)]`, `db = Σ_b h ⊙ g'(b)`.
-pub(crate) fn sparse_xy_to_dw(op: &str, x: Option<&Tensor>, hidden: &Tensor, ws: &TensorMap, p: &Params) -> Result<TensorMap> {
+pub(crate) fn sparse_xy_to_dw(
+    op: &str,
+    x: Option<&Tensor>,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &Params,
+) -> Result<TensorMap> {
     let x = x.ok_or_else(|| Error::etp(op, "rule xy_to_dw", "needs x"))?;
     let s = structure(op, p)?;
     let batched = x.ndim() == 2;
     let mut out = TensorMap::new();
     for (k, w) in ws {
         let v = if k == "bias" {
-            times_derivative(&fn_param(p, op, "bias_fn")?, w, &sum_batch(hidden, batched)?)?
+            times_derivative(
+                &fn_param(p, op, "bias_fn")?,
+                w,
+                &sum_batch(hidden, batched)?,
+            )?
         } else {
             let xr = x.take(&s.row_tensor()?, x.ndim() - 1)?;
             let hc = hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?;
-            times_derivative(&fn_param(p, op, "weight_fn")?, w, &sum_batch(&xr.mul(&hc)?, batched)?)?
+            times_derivative(
+                &fn_param(p, op, "weight_fn")?,
+                w,
+                &sum_batch(&xr.mul(&hc)?, batched)?,
+            )?
         };
         out.insert(k.clone(), v);
     }
@@ -152,15 +228,24 @@ pub(crate) fn sparse_xy_to_dw(op: &str, x: Option<&Tensor>, hidden: &Tensor, ws:
 }
 
 /// `init_drtrl`: `{weight (B?, nnz, S), bias (B?, O, S)}`.
-pub(crate) fn sparse_init_drtrl(x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize, _p: &Params) -> Result<TensorMap> {
+pub(crate) fn sparse_init_drtrl(
+    x: Option<&Aval>,
+    y: &Aval,
+    ws: &AvalMap,
+    s: usize,
+    _p: &Params,
+) -> Result<TensorMap> {
     let dt = trace_dtype(x, y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
     Ok(ws
         .iter()
         .map(|(k, w)| {
-            let shape = if k == "bias" { with_state(y.shape(), s) } else { with_state(&[lead, w.shape()].concat(), s) };
+            let shape = if k == "bias" {
+                with_state(y.shape(), s)
+            } else {
+                with_state(&[lead, w.shape()].concat(), s)
+            };
             (k.clone(), Tensor::zeros(&shape, dt))
         })
         .collect())
 }
-

@@ -1,7 +1,9 @@
 //! User-facing ops: they pick the batched or unbatched built-in from `x`'s
 //! rank and build the params.
 
-use super::register::{etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv};
+use super::register::{
+    etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv,
+};
 use super::sparse::CsrStructure;
 use crate::error::{Error, Result};
 use crate::etp::{ElemFn, EtpPrimitive, ParamType, ParamValue, Params};
@@ -24,11 +26,25 @@ pub struct Transforms {
     pub a_fn: Option<ElemFn>,
 }
 
-fn pick(op: &str, x: &Tensor, ranks: (usize, usize), prims: (fn() -> EtpPrimitive, fn() -> EtpPrimitive)) -> Result<EtpPrimitive> {
+type PrimFn = fn() -> EtpPrimitive;
+
+fn pick(
+    op: &str,
+    x: &Tensor,
+    ranks: (usize, usize),
+    prims: (PrimFn, PrimFn),
+) -> Result<EtpPrimitive> {
     match x.ndim() {
         r if r == ranks.0 => Ok(prims.0()),
         r if r == ranks.1 => Ok(prims.1()),
-        _ => Err(Error::shape(op, format!("x {:?}", x.shape()), format!("x must have rank {} (unbatched) or {} (batched)", ranks.0, ranks.1))),
+        _ => Err(Error::shape(
+            op,
+            format!("x {:?}", x.shape()),
+            format!(
+                "x must have rank {} (unbatched) or {} (batched)",
+                ranks.0, ranks.1
+            ),
+        )),
     }
 }
 
@@ -47,14 +63,28 @@ fn operands(x: &Tensor, ws: &[&Tensor], bias: Option<&Tensor>) -> Vec<Tensor> {
 /// assert_eq!(y.shape(), &[2, 4]);
 /// # Ok::<(), braintrace_core::Error>(())
 /// ```
-pub fn matmul(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, t: &Transforms) -> Result<Tensor> {
+pub fn matmul(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    t: &Transforms,
+) -> Result<Tensor> {
     let p = pick("matmul", x, (1, 2), (etp_mv, etp_mm))?;
-    let params = Params::new().with("has_bias", bias.is_some()).with("weight_fn", t.weight_fn.clone()).with("bias_fn", t.bias_fn.clone());
+    let params = Params::new()
+        .with("has_bias", bias.is_some())
+        .with("weight_fn", t.weight_fn.clone())
+        .with("bias_fn", t.bias_fn.clone());
     p.bind(&operands(x, &[weight], bias), &params)
 }
 
 /// Sparse `x @ M(f(w)) (+ g(b))` through `etp_sp_mv` / `etp_sp_mm`.
-pub fn sparse_matmul(x: &Tensor, values: &Tensor, structure: &CsrStructure, bias: Option<&Tensor>, t: &Transforms) -> Result<Tensor> {
+pub fn sparse_matmul(
+    x: &Tensor,
+    values: &Tensor,
+    structure: &CsrStructure,
+    bias: Option<&Tensor>,
+    t: &Transforms,
+) -> Result<Tensor> {
     let p = pick("sparse_matmul", x, (1, 2), (etp_sp_mv, etp_sp_mm))?;
     let params = Params::new()
         .with("sparse_mat", structure.clone())
@@ -65,7 +95,14 @@ pub fn sparse_matmul(x: &Tensor, values: &Tensor, structure: &CsrStructure, bias
 }
 
 /// LoRA `α x @ b_fn(B) @ a_fn(A) (+ bias_fn(b))` through `etp_lora_mv` / `etp_lora_mm`.
-pub fn lora_matmul(x: &Tensor, lora_b: &Tensor, lora_a: &Tensor, alpha: f64, bias: Option<&Tensor>, t: &Transforms) -> Result<Tensor> {
+pub fn lora_matmul(
+    x: &Tensor,
+    lora_b: &Tensor,
+    lora_a: &Tensor,
+    alpha: f64,
+    bias: Option<&Tensor>,
+    t: &Transforms,
+) -> Result<Tensor> {
     let p = pick("lora_matmul", x, (1, 2), (etp_lora_mv, etp_lora_mm))?;
     let rank = lora_b.shape().last().copied().unwrap_or(0);
     let params = Params::new()
@@ -80,7 +117,10 @@ pub fn lora_matmul(x: &Tensor, lora_b: &Tensor, lora_a: &Tensor, alpha: f64, bia
 
 /// `y = f(w)` through `etp_elemwise` (identity when `weight_fn` is `None`).
 pub fn element_wise(weight: &Tensor, weight_fn: Option<ElemFn>) -> Result<Tensor> {
-    etp_elemwise().bind(std::slice::from_ref(weight), &Params::new().with("weight_fn", weight_fn))
+    etp_elemwise().bind(
+        std::slice::from_ref(weight),
+        &Params::new().with("weight_fn", weight_fn),
+    )
 }
 
 /// The params map of an `etp_conv` equation.
@@ -98,7 +138,12 @@ pub fn conv_params(c: &ConvParams, has_bias: bool, t: &Transforms) -> Params {
         .with("rhs_dilation", opt(&c.rhs_dilation))
         .with("feature_group_count", c.feature_group_count)
         .with("batch_group_count", 1usize)
-        .with("dimension_numbers", c.dimension_numbers.as_ref().map(|d| vec![d.lhs.clone(), d.rhs.clone(), d.out.clone()]))
+        .with(
+            "dimension_numbers",
+            c.dimension_numbers
+                .as_ref()
+                .map(|d| vec![d.lhs.clone(), d.rhs.clone(), d.out.clone()]),
+        )
         .with("kernel_fn", t.weight_fn.clone())
         .with("bias_fn", t.bias_fn.clone());
     p.insert("padding", padding);
@@ -107,10 +152,26 @@ pub fn conv_params(c: &ConvParams, has_bias: bool, t: &Transforms) -> Params {
 
 /// Convolution through `etp_conv`; `x` must carry the batch axis
 /// (rank = spatial dims + 2).
-pub fn conv(x: &Tensor, kernel: &Tensor, bias: Option<&Tensor>, c: &ConvParams, t: &Transforms) -> Result<Tensor> {
+pub fn conv(
+    x: &Tensor,
+    kernel: &Tensor,
+    bias: Option<&Tensor>,
+    c: &ConvParams,
+    t: &Transforms,
+) -> Result<Tensor> {
     let d = c.strides.len();
     if x.ndim() != d + 2 {
-        return Err(Error::shape("conv", format!("x {:?}", x.shape()), format!("x must have rank {} (batch, channel and {d} spatial axes)", d + 2)));
+        return Err(Error::shape(
+            "conv",
+            format!("x {:?}", x.shape()),
+            format!(
+                "x must have rank {} (batch, channel and {d} spatial axes)",
+                d + 2
+            ),
+        ));
     }
-    etp_conv().bind(&operands(x, &[kernel], bias), &conv_params(c, bias.is_some(), t))
+    etp_conv().bind(
+        &operands(x, &[kernel], bias),
+        &conv_params(c, bias.is_some(), t),
+    )
 }
