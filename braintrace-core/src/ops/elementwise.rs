@@ -250,8 +250,8 @@ impl BinaryOp {
             BinaryOp::Sub => "sub",
             BinaryOp::Mul => "mul",
             BinaryOp::Div => "div",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
             BinaryOp::Pow => "pow",
         }
     }
@@ -268,8 +268,34 @@ impl BinaryOp {
     }
 }
 
-fn zip2<T: Float>(a: &ArrayD<T>, b: &ArrayD<T>, f: impl Fn(T, T) -> T) -> ArrayD<T> {
-    Zip::from(a).and(b).map_collect(|&x, &y| f(x, y))
+/// `f` element-wise over `a` and `b` broadcast (numpy rules) to `shape`.
+fn zip2<T: Float>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    shape: &[usize],
+    f: impl Fn(T, T) -> T,
+) -> ArrayD<T> {
+    if a.shape() == b.shape() {
+        return Zip::from(a).and(b).map_collect(|&x, &y| f(x, y));
+    }
+    let sh = ndarray::IxDyn(shape);
+    let av = a
+        .broadcast(sh.clone())
+        .expect("shape rule checked broadcasting");
+    let bv = b.broadcast(sh).expect("shape rule checked broadcasting");
+    Zip::from(&av).and(&bv).map_collect(|&x, &y| f(x, y))
+}
+
+/// Sum `x` down to `shape` (the transpose of numpy broadcasting).
+pub(crate) fn unbroadcast(x: Tensor, shape: &[usize]) -> Result<Tensor> {
+    if x.shape() == shape {
+        return Ok(x);
+    }
+    let lead = x.ndim() - shape.len();
+    let axes: Vec<usize> = (0..x.ndim())
+        .filter(|&i| i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+        .collect();
+    x.sum(&axes)?.reshape(shape)
 }
 
 /// A binary element-wise op (operands of equal shape; broadcasting happens
@@ -282,18 +308,32 @@ impl Primitive for Binary {
         self.0.name().to_string()
     }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
-        super::check_arity(&self.name(), inputs, 2)?;
-        same_avals(&self.name(), &inputs[0], &inputs[1])?;
-        float_aval(&self.name(), &inputs[0])?;
-        Ok(vec![inputs[0].clone()])
+        let n = self.name();
+        super::check_arity(&n, inputs, 2)?;
+        let (a, b) = (&inputs[0], &inputs[1]);
+        if a.dtype() != b.dtype() {
+            return Err(Error::dtype(
+                &n,
+                format!(
+                    "operands have dtypes {} and {} (shapes {:?} and {:?}); cast one first",
+                    a.dtype(),
+                    b.dtype(),
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+        float_aval(&n, a)?;
+        let shape = super::broadcast_shapes(&n, &[a.shape(), b.shape()])?;
+        Ok(vec![a.with_shape(&shape)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let avals: Vec<Aval> = inputs.iter().map(Tensor::aval).collect();
-        self.abstract_eval(&avals)?;
+        let out = self.abstract_eval(&avals)?.remove(0);
         let op = self.0;
         let n = op.name();
         let d = map_float2!(inputs[0].data_for(n)?, inputs[1].data_for(n)?, n, |a, b| {
-            zip2(a, b, |x, y| op.apply(x, y))
+            zip2(a, b, out.shape(), |x, y| op.apply(x, y))
         })?;
         Ok(vec![Tensor::from_data(d)])
     }
@@ -341,6 +381,8 @@ impl Primitive for Binary {
                 add_opt(l, r)?
             }
         };
+        // A tangent of a broadcast operand alone has the operand's shape.
+        let dt = dt.map(|t| super::lift(&t, y.shape())).transpose()?;
         Ok((vec![y], vec![dt]))
     }
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
@@ -348,11 +390,15 @@ impl Primitive for Binary {
             return Ok(vec![None, None]);
         };
         let lin = |i: usize| args[i].is_linear();
+        let back = |i: usize, t: Tensor| unbroadcast(t, args[i].aval().shape()).map(Some);
         match self.0 {
-            BinaryOp::Add => Ok(vec![lin(0).then(|| ct.clone()), lin(1).then(|| ct.clone())]),
+            BinaryOp::Add => Ok(vec![
+                if lin(0) { back(0, ct.clone())? } else { None },
+                if lin(1) { back(1, ct.clone())? } else { None },
+            ]),
             BinaryOp::Sub => Ok(vec![
-                lin(0).then(|| ct.clone()),
-                if lin(1) { Some(ct.neg()?) } else { None },
+                if lin(0) { back(0, ct.clone())? } else { None },
+                if lin(1) { back(1, ct.neg()?)? } else { None },
             ]),
             BinaryOp::Mul => {
                 if lin(0) && lin(1) {
@@ -362,13 +408,13 @@ impl Primitive for Binary {
                     ));
                 }
                 if lin(0) {
-                    Ok(vec![Some(ct.mul(args[1].known("mul")?)?), None])
+                    Ok(vec![back(0, ct.mul(args[1].known("mul")?)?)?, None])
                 } else {
-                    Ok(vec![None, Some(args[0].known("mul")?.mul(ct)?)])
+                    Ok(vec![None, back(1, args[0].known("mul")?.mul(ct)?)?])
                 }
             }
             BinaryOp::Div if lin(0) && !lin(1) => {
-                Ok(vec![Some(ct.div(args[1].known("div")?)?), None])
+                Ok(vec![back(0, ct.div(args[1].known("div")?)?)?, None])
             }
             _ => Err(Error::MissingRule {
                 primitive: self.name(),
@@ -383,8 +429,22 @@ impl Primitive for Binary {
         batched: &[bool],
         size: usize,
     ) -> Result<(Vec<Tensor>, Vec<bool>)> {
-        let a = bcast_to_batch(&args[0], batched[0], size)?;
-        let b = bcast_to_batch(&args[1], batched[1], size)?;
+        let _ = size;
+        // Per-example ranks; a batched operand of lower rank gets unit axes
+        // after its batch axis so numpy's right alignment still holds.
+        let rank = |i: usize| args[i].ndim() - usize::from(batched[i]);
+        let out_rank = rank(0).max(rank(1));
+        let align = |i: usize| -> Result<Tensor> {
+            let x = &args[i];
+            if !batched[i] || rank(i) == out_rank {
+                return Ok(x.clone());
+            }
+            let mut sh = vec![x.shape()[0]];
+            sh.extend(std::iter::repeat_n(1, out_rank - rank(i)));
+            sh.extend(&x.shape()[1..]);
+            x.reshape(&sh)
+        };
+        let (a, b) = (align(0)?, align(1)?);
         Ok((vec![binary(self.0, &a, &b)?], vec![true]))
     }
     fn as_any(&self) -> &dyn Any {

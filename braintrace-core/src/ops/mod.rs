@@ -198,8 +198,7 @@ fn sorted_axes(op: &str, axes: &[usize], shape: &[usize]) -> Result<Vec<usize>> 
 macro_rules! binary_methods {
     ($($(#[$m:meta])* $name:ident => $op:expr;)*) => {
         $($(#[$m])* pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
-            let (a, b) = broadcast_pair(stringify!($name), self, other)?;
-            binary($op, &a, &b)
+            binary($op, self, other)
         })*
     };
 }
