@@ -13,13 +13,35 @@ pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_
 /// Everything a user of the library usually needs.
 pub mod prelude {
     pub use braintrace_core::etp::{
-        check_rules, get_primitive_spec, primitive_by_name, register_primitive, register_primitive_spec, AvalMap, ElemFn, EtpPrimitive, EtpPrimitiveSpec,
-        EtpRules, InitDrtrl, InitPp, InstantDrtrl, Params, PrimitiveOptions, SolveDrtrl, TensorMap, XyToDw, YwToW, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP,
-        ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W,
+        check_rules, get_primitive_spec, primitive_by_name, register_primitive,
+        register_primitive_spec, AvalMap, ElemFn, EtpPrimitive, EtpPrimitiveSpec, EtpRules,
+        InitDrtrl, InitPp, InstantDrtrl, Params, PrimitiveOptions, SolveDrtrl, TensorMap, XyToDw,
+        YwToW, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP, ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W,
     };
     pub use braintrace_core::{
-        concat, eval_shape, grad, jit, jvp, make_graph, stack, value_and_grad, vjp, vmap, vmap_out, where_, Aval, DType, Error, Graph, Result,
+        avals, concat, eval_shape, grad, grad_scalar, jit, jvp, make_graph, stack, value_and_grad,
+        value_and_grad_vec, vjp, vmap, vmap_out, where_, Aval, DType, Error, Graph, Jit, Result,
         Tensor, VjpFn,
     };
     pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
+}
+
+/// The book's chapters, included so that `cargo test --doc` compiles and
+/// runs every Rust sample in `book/src/` (as PyO3 does for its guide).
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../book/src/introduction.md")]
+    mod introduction {}
+    #[doc = include_str!("../book/src/getting-started.md")]
+    mod getting_started {}
+    #[doc = include_str!("../book/src/custom-primitives.md")]
+    mod custom_primitives {}
+    #[doc = include_str!("../book/src/compile-time-checks.md")]
+    mod compile_time_checks {}
+    #[doc = include_str!("../book/src/builtins.md")]
+    mod builtins {}
+    #[doc = include_str!("../book/src/checking-rules.md")]
+    mod checking_rules {}
+    #[doc = include_str!("../book/src/python-names.md")]
+    mod python_names {}
 }

@@ -87,6 +87,7 @@ unary_tests! {
     unary_square: Tensor::square, |x| x * x, Gen::Normal;
     unary_reciprocal: Tensor::reciprocal, |x| 1.0 / x, Gen::AwayFromZero;
     unary_softplus: Tensor::softplus, |x| (1.0 + x.exp()).ln(), Gen::Normal;
+    unary_atan: Tensor::atan, |x| x.atan(), Gen::Normal;
     scalar_mul: |x: &Tensor| x.mul_scalar(1.7), |x| 1.7 * x, Gen::Normal;
     scalar_mul_negative: |x: &Tensor| x.mul_scalar(-0.6), |x| -0.6 * x, Gen::Normal;
     scalar_add: |x: &Tensor| x.add_scalar(-0.3), |x| x - 0.3, Gen::Normal;

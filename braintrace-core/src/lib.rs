@@ -15,11 +15,11 @@ pub mod transform;
 
 pub use error::{Error, Result};
 pub use graph::{Graph, LinearArg, Primitive};
-pub use ops::{concat, stack, where_};
+pub use ops::{avals, concat, stack, where_};
 pub use tensor::{ArrayData, Aval, DType, Tensor};
 pub use transform::{
-    eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, vjp, vmap, vmap_out, Jit,
-    VjpFn,
+    eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, value_and_grad_vec, vjp,
+    vmap, vmap_out, Jit, VjpFn,
 };
 
 /// Items the macros' generated code uses. Not part of the public API.

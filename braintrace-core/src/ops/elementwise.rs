@@ -74,6 +74,8 @@ pub enum UnaryOp {
     Step,
     /// sign of x (zero derivative)
     Sign,
+    /// arctangent
+    Atan,
 }
 
 impl UnaryOp {
@@ -94,6 +96,7 @@ impl UnaryOp {
             UnaryOp::Softplus => "softplus",
             UnaryOp::Step => "step",
             UnaryOp::Sign => "sign",
+            UnaryOp::Atan => "atan",
         }
     }
     fn apply<T: Float>(self, x: T) -> T {
@@ -129,6 +132,7 @@ impl UnaryOp {
                     T::zero()
                 }
             }
+            UnaryOp::Atan => x.atan(),
             UnaryOp::Sign => {
                 if x > T::zero() {
                     one
@@ -185,6 +189,7 @@ impl Primitive for Unary {
             UnaryOp::Cos => t.mul(&x.sin()?)?.neg()?,
             UnaryOp::Square => t.mul(x)?.mul_scalar(2.0)?,
             UnaryOp::Reciprocal => t.mul(&y.square()?)?.neg()?,
+            UnaryOp::Atan => t.div(&x.square()?.add_scalar(1.0)?)?,
             UnaryOp::Softplus => t.mul(&x.sigmoid()?)?,
             UnaryOp::Step | UnaryOp::Sign => return Ok((vec![y], vec![None])),
         };

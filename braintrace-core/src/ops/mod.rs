@@ -266,6 +266,8 @@ impl Tensor {
         reciprocal => UnaryOp::Reciprocal;
         /// `log(1 + e^x)`
         softplus => UnaryOp::Softplus;
+        /// arctangent (derivative `1 / (1 + x²)`)
+        atan => UnaryOp::Atan;
     }
     scalar_methods! {
         /// `self * s`

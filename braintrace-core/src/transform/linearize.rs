@@ -237,6 +237,19 @@ where
     }
 }
 
+/// [`value_and_grad`] in the composable `Vec` form: the value first, then
+/// one gradient per argument, so it nests in `jit` and `vmap`.
+pub fn value_and_grad_vec<F>(f: F) -> impl Fn(&[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor>,
+{
+    let vg = value_and_grad(f);
+    move |args: &[Tensor]| {
+        let (v, g) = vg(args)?;
+        Ok(std::iter::once(v).chain(g).collect())
+    }
+}
+
 /// `grad(f)(args)`: the gradient of a scalar function with respect to every
 /// argument (integer arguments get zeros).
 ///

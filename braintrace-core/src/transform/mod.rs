@@ -13,7 +13,7 @@ mod linearize;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
 pub use jit::{jit, Jit};
-pub use linearize::{grad, grad_scalar, value_and_grad, vjp, VjpFn};
+pub use linearize::{grad, grad_scalar, value_and_grad, value_and_grad_vec, vjp, VjpFn};
 
 use crate::error::{Error, Result};
 use crate::graph::{self, Graph};
