@@ -540,3 +540,25 @@ fn errors_name_the_primitive_and_shapes() {
     assert!(e.contains("etp_bad_rule") && e.contains("xy_to_dw"), "{e}");
     let _ = AvalMap::new();
 }
+
+#[test]
+fn jit_executes_the_lowered_graph_and_keeps_analysis_graphs_whole() {
+    let p = class_based("etp_lowered_op");
+    let (x, w) = x_w();
+    let pc = p.clone();
+    let f = move |a: &[Tensor]| Ok(vec![pc.bind(a, &half())?]);
+    let analysis = make_graph(&f, &[x.aval(), w.aval()]).unwrap();
+    assert_eq!(analysis.primitive_names(), vec!["etp_lowered_op"]);
+    let lowered = analysis.lower().unwrap();
+    assert_eq!(
+        lowered.primitive_names(),
+        vec!["matmul", "mul_scalar"],
+        "{lowered}"
+    );
+    let j = braintrace::Jit::new(f);
+    let y = j.call(&[x.clone(), w.clone()]).unwrap();
+    assert!(all_eq(&y[0], 1.5));
+    let cached = j.cached_graph(&[x.aval(), w.aval()]).unwrap();
+    assert_eq!(cached.primitive_names(), vec!["matmul", "mul_scalar"]);
+    assert_eq!(j.trace_count(), 1);
+}

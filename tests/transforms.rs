@@ -671,7 +671,8 @@ fn make_graph_display() {
     );
     assert_eq!(
         g.primitive_names(),
-        vec!["matmul", "broadcast_in_dim", "add", "tanh", "reduce_sum"]
+        // add broadcasts the bias itself: no separate broadcast equation.
+        vec!["matmul", "add", "tanh", "reduce_sum"]
     );
     assert!(
         lines[0].contains("f64[2,3]") && lines[0].contains("f64[3,4]"),
@@ -695,7 +696,7 @@ fn make_graph_display() {
         lines[1]
     );
     assert!(s.contains("reduce_sum[axes=[1]]"), "params shown:\n{s}");
-    assert!(lines[5].contains("f64[2] = reduce_sum"), "{}", lines[5]);
+    assert!(lines[4].contains("f64[2] = reduce_sum"), "{}", lines[4]);
     assert!(
         lines.last().unwrap().contains("in ("),
         "footer names outputs"

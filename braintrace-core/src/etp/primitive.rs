@@ -808,6 +808,13 @@ impl Primitive for EtpEqn {
         let g = self.impl_graph(&ex)?;
         vmap_graph(&g, args, batched, size)
     }
+    fn lower(&self, inputs: &[Tensor]) -> Option<Result<Vec<Tensor>>> {
+        Some(
+            (self.prim.0.impl_fn)(inputs, &self.params)
+                .map(|y| vec![y])
+                .map_err(|e| self.prim.wrap("lowering", e)),
+        )
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }

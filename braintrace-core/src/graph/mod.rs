@@ -340,6 +340,22 @@ impl Graph {
         }
         last
     }
+    /// The same computation with every equation that has a lowering (ETP
+    /// primitives) replaced by its implementation's core ops. Analysis sees
+    /// ETP equations; execution runs the lowered graph.
+    pub fn lower(&self) -> Result<Graph> {
+        let mut g = trace(
+            |args: &[Tensor]| {
+                self.eval_with(args, |e, ins| match e.prim.lower(ins) {
+                    Some(r) => r,
+                    None => bind(e.prim.clone(), ins),
+                })
+            },
+            &self.in_avals(),
+        )?;
+        g.dce();
+        Ok(g)
+    }
     /// The primitive names of the equations, in order.
     pub fn primitive_names(&self) -> Vec<String> {
         self.eqns.iter().map(|e| e.prim.name()).collect()

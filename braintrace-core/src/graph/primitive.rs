@@ -97,6 +97,13 @@ pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
         batched: &[bool],
         size: usize,
     ) -> Result<(Vec<Tensor>, Vec<bool>)>;
+    /// Lowering: primitives defined by an implementation in terms of other
+    /// primitives (ETP primitives) apply it here, so that a lowered graph
+    /// holds core ops only. `None` (the default) means "already core".
+    fn lower(&self, inputs: &[Tensor]) -> Option<Result<Vec<Tensor>>> {
+        let _ = inputs;
+        None
+    }
     /// For downcasting (the ETP layer recognises its own equations).
     fn as_any(&self) -> &dyn Any;
 }

@@ -39,7 +39,7 @@ where
         let g = match cached {
             Some(g) => g,
             None => {
-                let g = Arc::new(make_graph(&self.f, &key)?);
+                let g = Arc::new(make_graph(&self.f, &key)?.lower()?);
                 self.traces
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // A graph that captured tracers of an enclosing trace is only
