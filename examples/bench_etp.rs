@@ -15,11 +15,16 @@ fn rand(shape: &[usize], seed: u64) -> Tensor {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 11) as f64 / (1u64 << 53) as f64) - 0.5
         })
         .collect();
-    Tensor::from_vec(v, shape).unwrap().cast(DType::F32).unwrap()
+    Tensor::from_vec(v, shape)
+        .unwrap()
+        .cast(DType::F32)
+        .unwrap()
 }
 
 fn median_ms(mut f: impl FnMut(), reps: usize) -> f64 {
@@ -48,9 +53,15 @@ fn main() -> Result<()> {
     trace.insert("weight".into(), rand(&[b, i, o], 4));
     let mut weights = TensorMap::new();
     weights.insert("weight".into(), w.clone());
-    let fwd = median_ms(|| drop(mm.bind(&[x.clone(), w.clone()], &params).unwrap()), 50);
+    let fwd = median_ms(
+        || drop(mm.bind(&[x.clone(), w.clone()], &params).unwrap()),
+        50,
+    );
     let yw = median_ms(|| drop(mm.yw_to_w(&h, &trace, &params).unwrap()), 50);
-    let xy = median_ms(|| drop(mm.xy_to_dw(Some(&x), &h, &weights, &params).unwrap()), 50);
+    let xy = median_ms(
+        || drop(mm.xy_to_dw(Some(&x), &h, &weights, &params).unwrap()),
+        50,
+    );
     let all = median_ms(
         || {
             mm.bind(&[x.clone(), w.clone()], &params).unwrap();
@@ -72,6 +83,9 @@ fn main() -> Result<()> {
     let conv = median_ms(|| drop(prims::conv(&xc, &k, None, &cp, &t).unwrap()), 30);
     let flops = 2.0 * 8.0 * 32.0 * 32.0 * 32.0 * 16.0 * 9.0;
     println!("etp_conv f32  B=8 16->32 ch 32x32 3x3 SAME");
-    println!("  forward            {conv:8.3} ms  ({:.1} GFLOP/s)", flops / conv / 1e6);
+    println!(
+        "  forward            {conv:8.3} ms  ({:.1} GFLOP/s)",
+        flops / conv / 1e6
+    );
     Ok(())
 }

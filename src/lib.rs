@@ -8,7 +8,9 @@
 //!   [`init_drtrl`], [`init_pp`] that define a primitive declaratively.
 
 pub use braintrace_core::*;
-pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
+pub use braintrace_macros::{
+    etp_primitive, init_drtrl, init_pp, instant_drtrl, solve_drtrl, xy_to_dw, yw_to_w,
+};
 
 /// Everything a user of the library usually needs.
 pub mod prelude {
@@ -23,7 +25,9 @@ pub mod prelude {
         value_and_grad_vec, vjp, vmap, vmap_out, where_, Aval, DType, Error, Graph, Jit, Result,
         Tensor, VjpFn,
     };
-    pub use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
+    pub use braintrace_macros::{
+        etp_primitive, init_drtrl, init_pp, instant_drtrl, solve_drtrl, xy_to_dw, yw_to_w,
+    };
 }
 
 /// The book's chapters, included so that `cargo test --doc` compiles and

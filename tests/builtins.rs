@@ -152,11 +152,12 @@ fn vmap_over_x_keeps_the_primitive() {
     let mut g = Lcg(6);
     let w = g.tensor(&[3, 4]);
     let xs = g.tensor(&[5, 3]);
-    let cases: Vec<(
-        &str,
+    type Case = (
+        &'static str,
         Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>,
         Vec<Tensor>,
-    )> = vec![
+    );
+    let cases: Vec<Case> = vec![
         (
             "etp_mm",
             Box::new(|a: &[Tensor]| {

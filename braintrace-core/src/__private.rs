@@ -242,6 +242,12 @@ impl TensorOutput for Result<Tensor> {
     }
 }
 
+/// The user's function returns its own `Result` type: convert the error
+/// (the identity for `braintrace::Result`).
+pub fn convert_result<T, E: From<Error>>(r: Result<T>) -> std::result::Result<T, E> {
+    r.map_err(E::from)
+}
+
 /// The impl function was given the wrong number of operands (only reachable
 /// through `EtpPrimitive::call_impl`; `bind` checks the count first).
 pub fn operand_count_error(primitive: &str, expected: usize, got: usize) -> Error {
@@ -282,7 +288,7 @@ pub fn fallback_rule_error(rule: &str) -> Error {
 /// through `(&ParamProbe::<T>::new()).to_value(..)`, which resolves to the
 /// `ParamType` conversion when `T` implements it, and otherwise to an
 /// unreachable fallback. A type that is not a param type is then reported
-/// once, by [`assert_param_type`] at the argument's type, instead of once
+/// once, by [`check_param_type`] at the argument's type, instead of once
 /// per generated use.
 pub struct ParamProbe<T>(std::marker::PhantomData<T>);
 impl<T> ParamProbe<T> {
@@ -298,8 +304,13 @@ pub trait ParamProbeImpl<T> {
     fn to_value(&self, v: &T) -> ParamValue;
     /// Read `key` from `params`.
     fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+    /// [`AParamType`].
+    fn param_kind(&self) -> AParamType;
 }
 impl<T: ParamType> ParamProbeImpl<T> for ParamProbe<T> {
+    fn param_kind(&self) -> AParamType {
+        AParamType
+    }
     fn to_value(&self, v: &T) -> ParamValue {
         v.to_param()
     }
@@ -308,20 +319,100 @@ impl<T: ParamType> ParamProbeImpl<T> for ParamProbe<T> {
     }
 }
 /// The fallback for a type that is not a param type (never runs: the
-/// crate does not compile, [`assert_param_type`] says why).
+/// crate does not compile, [`check_param_type`] says why).
 pub trait ParamProbeFallback<T> {
     /// Unreachable.
     fn to_value(&self, v: &T) -> ParamValue;
     /// Unreachable.
     fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+    /// [`NotAParamType`].
+    fn param_kind(&self) -> NotAParamType;
 }
 impl<T> ParamProbeFallback<T> for &ParamProbe<T> {
+    fn param_kind(&self) -> NotAParamType {
+        NotAParamType
+    }
     fn to_value(&self, _v: &T) -> ParamValue {
-        unreachable!("not a param type")
+        unreachable!("not a param type (reported at compile time)")
     }
     fn read(&self, _params: &Params, _op: &str, _key: &str) -> Result<T> {
-        unreachable!("not a param type")
+        unreachable!("not a param type (reported at compile time)")
     }
 }
-/// Compile-time check that a `#[param]` argument's type is a param type.
-pub fn assert_param_type<T: ParamType>() {}
+/// What [`ParamProbeImpl::param_kind`] returns for a param type.
+pub struct AParamType;
+/// What [`ParamProbeFallback::param_kind`] returns for any other type.
+pub struct NotAParamType;
+
+/// Compile-time check of a `#[param]` type `T`: only [`AParamType`]
+/// passes. Checking the probe's answer (rather than `T: ParamType`
+/// directly) keeps the error to one sentence about the user's type, without
+/// a list of every param type in the crate graph.
+#[diagnostic::on_unimplemented(
+    message = "`{T}` cannot be an ETP primitive param",
+    label = "this `#[param]` type is not a param type",
+    note = "params must be hashable and comparable: integers, bools, floats, strings, `ElemFn`, and `Vec`/`Option`/tuples of those; implement `braintrace::etp::ParamType` for your own type"
+)]
+pub trait ParamTypeCheck<T> {}
+impl<T> ParamTypeCheck<T> for AParamType {}
+
+/// `check_param_type(&probe, (&probe).param_kind())` compiles only for a param type.
+pub fn check_param_type<T, K: ParamTypeCheck<T>>(_probe: &ParamProbe<T>, _kind: K) {}
+
+/// The macros inside this crate (`crate = "crate"`), as the built-in
+/// primitives use them.
+#[cfg(test)]
+mod tests {
+    use crate::etp::{
+        check_rules, get_primitive_spec, primitive_by_name, Params as DynParams, ETP_RULES_INIT_PP,
+    };
+    use crate::tensor::{Aval, DType, Tensor};
+    use crate::Result;
+    use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
+
+    /// y = scale * (x @ w), x `(I,)`.
+    #[etp_primitive(name = "etp_private_test_mv", crate = "crate")]
+    fn private_mv(x: &Tensor, w: &Tensor, #[param] scale: f64) -> Result<Tensor> {
+        x.matmul(w)?.mul_scalar(scale)
+    }
+
+    #[yw_to_w(private_mv)]
+    fn yw(hidden: &Tensor, trace: &Tensor) -> Result<Tensor> {
+        trace.mul(&hidden.expand_dims(0)?)
+    }
+
+    #[xy_to_dw(private_mv)]
+    fn xy(x: &Tensor, hidden: &Tensor, _w: &Tensor, p: &private_mv::Params) -> Result<Tensor> {
+        x.expand_dims(1)?
+            .matmul(&hidden.expand_dims(0)?)?
+            .mul_scalar(p.scale)
+    }
+
+    #[init_drtrl(private_mv)]
+    fn drtrl(_x: &Aval, y: &Aval, w: &Aval, n: usize) -> Result<Tensor> {
+        Ok(Tensor::zeros(&[w.shape(), &[n]].concat(), y.dtype()))
+    }
+
+    #[init_pp(private_mv)]
+    fn pp(_x: &Aval, y: &Aval, _w: &Aval, n: usize) -> Result<Tensor> {
+        Ok(Tensor::zeros(&[y.shape(), &[n]].concat(), y.dtype()))
+    }
+
+    #[test]
+    fn macros_inside_the_core_crate() -> Result<()> {
+        let p = primitive_by_name("etp_private_test_mv").expect("collected through inventory");
+        assert_eq!(p, private_mv::primitive());
+        assert!(std::sync::Arc::ptr_eq(
+            &get_primitive_spec(&p).expect("spec"),
+            &*private_mv::SPEC
+        ));
+        assert!(ETP_RULES_INIT_PP.contains(&p));
+        let (x, w) = (
+            Tensor::from_vec(vec![1.0, -2.0, 0.5], &[3])?,
+            Tensor::ones(&[3, 2], DType::F64),
+        );
+        assert_eq!(private_mv(&x, &w, 2.0)?.to_vec_f64()?, vec![-1.0, -1.0]);
+        assert!(check_rules(&p, &[x, w], &DynParams::new().with("scale", 2.0))?.is_ok());
+        Ok(())
+    }
+}

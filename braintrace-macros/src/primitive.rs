@@ -1,0 +1,582 @@
+//! `#[etp_primitive]`: validate the implementation function and the flags
+//! into a [`Primitive`] model. Problems are recorded in the context; the
+//! model falls back to defaults where a flag was bad, so the expansion still
+//! compiles and one mistake gives one error. Only problems that leave no
+//! sensible primitive (a generic or `async` fn, a method) make the caller use
+//! the stub expansion instead.
+
+use crate::attr::{self, tokens_to_string, PrimitiveArgs, TrainableSpec};
+use crate::ctxt::Ctxt;
+use crate::symbol::*;
+use proc_macro2::{Ident, Span};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{FnArg, ItemFn, Meta, Pat, Path, ReturnType, Safety, Type};
+
+/// One argument of the implementation function.
+#[derive(Clone)]
+pub struct Arg {
+    /// Its name.
+    pub ident: Ident,
+    /// Its type as written.
+    pub ty: Type,
+    /// Operand (`&Tensor`) or `#[param]`.
+    pub kind: ArgKind,
+}
+
+/// Operand or param.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ArgKind {
+    /// The n-th operand.
+    Operand(usize),
+    /// A `#[param]`.
+    Param,
+}
+
+/// A validated primitive.
+pub struct Primitive {
+    /// The implementation function with `#[param]` removed.
+    pub func: ItemFn,
+    /// The registry name.
+    pub name: String,
+    /// The runtime path (`::braintrace` unless `crate = "..."`).
+    pub krate: Path,
+    /// `batched`.
+    pub batched: bool,
+    /// `gradient_enabled`.
+    pub gradient_enabled: bool,
+    /// `exact_dw_shapes`.
+    pub exact_dw_shapes: bool,
+    /// `counterpart = path`.
+    pub counterpart: Option<Path>,
+    /// The arguments in order.
+    pub args: Vec<Arg>,
+    /// Operand index of `x`.
+    pub x: Option<usize>,
+    /// Trainables: name -> operand index.
+    pub trainables: Vec<(String, usize)>,
+    /// Whether the expansion must be the stub (the function itself is unusable).
+    pub structural_error: bool,
+}
+
+impl Primitive {
+    /// The fn's (and module's) name.
+    pub fn ident(&self) -> &Ident {
+        &self.func.sig.ident
+    }
+    /// The operands in order.
+    pub fn operands(&self) -> impl Iterator<Item = &Arg> {
+        self.args
+            .iter()
+            .filter(|a| matches!(a.kind, ArgKind::Operand(_)))
+    }
+    /// The params in order.
+    pub fn params(&self) -> impl Iterator<Item = &Arg> {
+        self.args.iter().filter(|a| a.kind == ArgKind::Param)
+    }
+    /// Whether the rules see several trainables (keyed by name).
+    pub fn keyed(&self) -> bool {
+        self.trainables.len() != 1
+    }
+}
+
+/// Whether `ty` is `&Tensor` (any path ending in `Tensor`, no lifetime needed).
+pub fn is_tensor_ref(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) if r.mutability.is_none() => is_tensor_path(&r.elem),
+        Type::Paren(p) => is_tensor_ref(&p.elem),
+        Type::Group(g) => is_tensor_ref(&g.elem),
+        _ => false,
+    }
+}
+
+fn is_tensor_path(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Tensor" && s.arguments.is_none()),
+        Type::Group(g) => is_tensor_path(&g.elem),
+        _ => false,
+    }
+}
+
+fn is_reference(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(_) => true,
+        Type::Paren(p) => is_reference(&p.elem),
+        Type::Group(g) => is_reference(&g.elem),
+        _ => false,
+    }
+}
+
+/// Validate `func` with its flags. `#[param]` attributes are removed from
+/// the returned function whatever happens.
+pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primitive {
+    let mut structural = check_signature(
+        cx,
+        &func,
+        "#[etp_primitive]",
+        "an ETP primitive's implementation",
+    );
+    let fn_name = func.sig.ident.unraw().to_string();
+
+    // Arguments: operands (`&Tensor`) and `#[param]`s.
+    let mut args = Vec::new();
+    let mut n_operands = 0;
+    for input in func.sig.inputs.iter_mut() {
+        let FnArg::Typed(pt) = input else { continue };
+        let mut is_param = false;
+        pt.attrs.retain(|a| {
+            if a.path().is_ident(PARAM) {
+                is_param = true;
+                if !matches!(a.meta, Meta::Path(_)) {
+                    cx.error_spanned(
+                        &a.meta,
+                        "write `#[param]` alone; the param's name is the argument's name",
+                    );
+                }
+                false
+            } else {
+                true
+            }
+        });
+        let ident = match &*pt.pat {
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
+            other => {
+                cx.error_spanned(other, "an `#[etp_primitive]` argument needs a plain name (its operand or param name), not a pattern");
+                structural = true;
+                continue;
+            }
+        };
+        let ty = (*pt.ty).clone();
+        let kind = if is_param {
+            if is_reference(&ty) {
+                cx.error_spanned(
+                    &ty,
+                    format!("`#[param]` argument `{ident}` must be an owned value (params are stored in the equation): use e.g. `Vec<usize>` or `String` instead of `{}`", tokens_to_string(&ty)),
+                );
+                structural = true;
+            }
+            ArgKind::Param
+        } else if is_tensor_ref(&ty) {
+            n_operands += 1;
+            ArgKind::Operand(n_operands - 1)
+        } else {
+            cx.error_spanned(
+                &ty,
+                format!("argument `{ident}: {}` is neither an operand nor a param: operands are `&Tensor`; mark a static parameter `#[param] {ident}: {}`", tokens_to_string(&ty), tokens_to_string(&ty)),
+            );
+            if is_reference(&ty) {
+                structural = true;
+            }
+            ArgKind::Param
+        };
+        args.push(Arg { ident, ty, kind });
+    }
+    if n_operands == 0 && !structural {
+        cx.error(func.sig.ident.span(), format!("`{fn_name}` has no operand: an ETP primitive takes its tensors as `&Tensor` arguments (`x: &Tensor, w: &Tensor`)"));
+        structural = true;
+    }
+    if let ReturnType::Default = func.sig.output {
+        cx.error(
+            func.sig.paren_token.span.close(),
+            format!("`{fn_name}` must return `Result<Tensor>` (the primitive's output `y`)"),
+        );
+        structural = true;
+    }
+
+    let (x, trainables) = layout(cx, &flags, &args, &fn_name);
+    let name = flags
+        .name
+        .as_ref()
+        .map_or_else(|| fn_name.clone(), |lit| lit.value());
+    let krate = flags
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_str(DEFAULT_CRATE).expect("a path"));
+    Primitive {
+        func,
+        name,
+        krate,
+        batched: flags.batched,
+        gradient_enabled: flags.gradient_enabled,
+        exact_dw_shapes: flags.exact_dw_shapes.unwrap_or(true),
+        counterpart: flags.counterpart,
+        args,
+        x,
+        trainables,
+        structural_error: structural,
+    }
+}
+
+/// Reject what no ETP rule or primitive can be: methods, generic, `async`,
+/// `const`, `unsafe`, `extern` and variadic functions. Returns whether any
+/// was found.
+pub fn check_signature(cx: &mut Ctxt, func: &ItemFn, attr: &str, what: &str) -> bool {
+    let sig = &func.sig;
+    let mut bad = false;
+    let mut err = |cx: &mut Ctxt, span: Span, msg: String| {
+        cx.error(span, msg);
+        bad = true;
+    };
+    if let Some(t) = &sig.constness {
+        err(
+            cx,
+            t.span,
+            format!("`{attr}` cannot be used on a `const fn`: {what} is an ordinary function"),
+        );
+    }
+    if let Some(t) = &sig.asyncness {
+        err(
+            cx,
+            t.span,
+            format!("`{attr}` cannot be used on an `async fn`: {what} is an ordinary function"),
+        );
+    }
+    if let Safety::Unsafe(t) = &sig.safety {
+        err(
+            cx,
+            t.span,
+            format!("`{attr}` cannot be used on an `unsafe fn`: {what} is a safe function"),
+        );
+    }
+    if let Some(abi) = &sig.abi {
+        err(
+            cx,
+            abi.span(),
+            format!("`{attr}` cannot be used on an `extern` function"),
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        err(
+            cx,
+            v.dots.spans[0],
+            format!("`{attr}` cannot be used on a variadic function"),
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        err(
+            cx,
+            sig.generics.span(),
+            format!(
+                "`{attr}` cannot be used on a generic function: {what} has concrete argument types"
+            ),
+        );
+    }
+    if let Some(r) = sig.receiver() {
+        err(cx, r.self_token.span, format!("`{attr}` applies to a free function, not a method: move it out of the `impl` block"));
+    }
+    bad
+}
+
+/// Where `x` and the trainables are, from the flags or the seed's defaults
+/// (x = the first operand, weight = the first other operand). A flag naming
+/// a bad argument is reported and replaced by its default, so the rest of
+/// the expansion (and the companions) see a sound layout.
+fn layout(
+    cx: &mut Ctxt,
+    flags: &PrimitiveArgs,
+    args: &[Arg],
+    fn_name: &str,
+) -> (Option<usize>, Vec<(String, usize)>) {
+    let operands: Vec<&Arg> = args.iter().filter(|a| a.kind != ArgKind::Param).collect();
+    let operand_list = || {
+        operands
+            .iter()
+            .map(|a| format!("`{}`", a.ident))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // Resolve an argument named by a flag to its operand index.
+    let resolve = |cx: &mut Ctxt, id: &Ident, flag: &str| -> Option<usize> {
+        match args.iter().find(|a| a.ident.unraw() == id.unraw()) {
+            Some(Arg {
+                kind: ArgKind::Operand(i),
+                ..
+            }) => Some(*i),
+            Some(_) => {
+                cx.error(id.span(), format!("`{flag} = {id}` names a `#[param]` argument; `{flag}` must be a `&Tensor` operand (operands: {})", operand_list()));
+                None
+            }
+            None => {
+                cx.error(
+                    id.span(),
+                    format!(
+                        "`{flag} = {id}` names no argument of `{fn_name}`; its operands are {}",
+                        operand_list()
+                    ),
+                );
+                None
+            }
+        }
+    };
+
+    // Trainables as written (`None`: absent, or unusable and reported).
+    let mut named: Option<Vec<(String, usize, Span)>> = None;
+    if let Some((_, spec)) = &flags.trainables {
+        let entries: Vec<(String, &Ident, Span)> = match spec {
+            TrainableSpec::Args(ids) => {
+                let single = ids.len() == 1;
+                ids.iter()
+                    .map(|id| {
+                        (
+                            if single {
+                                SINGLE_TRAINABLE.to_string()
+                            } else {
+                                id.unraw().to_string()
+                            },
+                            id,
+                            id.span(),
+                        )
+                    })
+                    .collect()
+            }
+            TrainableSpec::Named(pairs) => pairs
+                .iter()
+                .map(|(k, id)| (k.unraw().to_string(), id, k.span()))
+                .collect(),
+        };
+        let flag = if matches!(spec, TrainableSpec::Args(_)) {
+            WEIGHT
+        } else {
+            TRAINABLES
+        };
+        let mut ok = true;
+        let mut list: Vec<(String, usize, Span)> = Vec::new();
+        for (key, id, span) in entries {
+            let Some(i) = resolve(cx, id, flag) else {
+                ok = false;
+                continue;
+            };
+            if list.iter().any(|(_, j, _)| *j == i) {
+                cx.error(
+                    id.span(),
+                    format!("operand `{id}` is listed twice as a trainable"),
+                );
+            } else if list.iter().any(|(k, _, _)| *k == key) {
+                cx.error(span, format!("trainable name `{key}` is used twice"));
+            } else {
+                list.push((key, i, span));
+            }
+        }
+        if ok && !list.is_empty() {
+            named = Some(list);
+        }
+    }
+
+    // x: explicit, else the first operand (unless it is an explicit trainable).
+    let is_trainable = |i: usize, named: &Option<Vec<(String, usize, Span)>>| {
+        named
+            .as_ref()
+            .is_some_and(|n| n.iter().any(|(_, j, _)| *j == i))
+    };
+    let default_x = |named: &Option<Vec<(String, usize, Span)>>| {
+        if operands.is_empty() || is_trainable(0, named) {
+            None
+        } else {
+            Some(0)
+        }
+    };
+    let x = match &flags.x {
+        Some(Some(id)) => match resolve(cx, id, X) {
+            Some(i) if is_trainable(i, &named) => {
+                cx.error(
+                    id.span(),
+                    format!("`{id}` is both `x` and a trainable; an operand is one or the other"),
+                );
+                None
+            }
+            Some(i) => Some(i),
+            None => default_x(&named),
+        },
+        Some(None) => None,
+        None => {
+            if let (Some(list), false) = (&named, operands.is_empty()) {
+                if let Some((_, _, span)) = list.iter().find(|(_, j, _)| *j == 0) {
+                    cx.error(
+                        *span,
+                        format!("`x` defaults to the first operand `{}`, which is listed as a trainable; say which operand is `x` (`x = <arg>`), or write `x = none`", operands[0].ident),
+                    );
+                }
+            }
+            default_x(&named)
+        }
+    };
+
+    // Trainables: as written, else the first operand that is not `x`.
+    let named = match named {
+        Some(list) => list,
+        None => match (0..operands.len()).find(|i| Some(*i) != x) {
+            Some(i) => vec![(SINGLE_TRAINABLE.to_string(), i, Span::call_site())],
+            None => {
+                if let Some(only) = operands.first().map(|a| &a.ident) {
+                    if flags.trainables.is_none() {
+                        cx.error(
+                            only.span(),
+                            format!("`{fn_name}` has one operand `{only}`, which is `x`: an ETP primitive needs a trainable operand; write `x = none, weight = {only}` if `{only}` is trainable"),
+                        );
+                    }
+                }
+                Vec::new()
+            }
+        },
+    };
+    (x, named.into_iter().map(|(k, i, _)| (k, i)).collect())
+}
+
+/// Parse the flags, recording problems; a malformed list yields defaults.
+pub fn parse_flags(cx: &mut Ctxt, args: proc_macro2::TokenStream) -> PrimitiveArgs {
+    match attr::parse_raw(args) {
+        Ok(raw) => attr::interpret(cx, raw),
+        Err(e) => {
+            cx.push(e);
+            PrimitiveArgs::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn analyse_src(
+        flags: proc_macro2::TokenStream,
+        f: proc_macro2::TokenStream,
+    ) -> (Primitive, String) {
+        let mut cx = Ctxt::new();
+        let flags = parse_flags(&mut cx, flags);
+        let p = analyse(&mut cx, flags, syn::parse2(f).unwrap());
+        (p, cx.into_compile_errors().to_string())
+    }
+
+    #[test]
+    fn primitive_defaults_follow_the_seed() {
+        let (p, e) = analyse_src(
+            quote!(),
+            quote!(
+                fn my_op(x: &Tensor, w: &Tensor, #[param] scale: f64) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.is_empty(), "{e}");
+        assert_eq!(p.name, "my_op");
+        assert_eq!(p.x, Some(0));
+        assert_eq!(p.trainables, vec![("weight".to_string(), 1)]);
+        assert_eq!(p.params().count(), 1);
+        assert!(!p.keyed() && !p.batched && !p.gradient_enabled && p.exact_dw_shapes);
+        // `#[param]` is gone from the function.
+        assert!(!quote!(#(p.func)).to_string().contains("param"));
+    }
+
+    #[test]
+    fn primitive_layout_flags() {
+        let (p, e) = analyse_src(
+            quote!(x = none, weight = w),
+            quote!(
+                fn id(w: &Tensor) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.is_empty(), "{e}");
+        assert_eq!((p.x, p.trainables), (None, vec![("weight".to_string(), 0)]));
+        let (p, e) = analyse_src(
+            quote!(weight = [weight, bias]),
+            quote!(
+                fn lin(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.is_empty(), "{e}");
+        assert_eq!(
+            p.trainables,
+            vec![("weight".to_string(), 1), ("bias".to_string(), 2)]
+        );
+        assert!(p.keyed());
+        let (p, e) = analyse_src(
+            quote!(x = x, trainables(lora_b = b, lora_a = a)),
+            quote!(
+                fn lora(a: &Tensor, x: &Tensor, b: &Tensor) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.is_empty(), "{e}");
+        assert_eq!(
+            (p.x, p.trainables),
+            (
+                Some(1),
+                vec![("lora_b".to_string(), 2), ("lora_a".to_string(), 0)]
+            )
+        );
+    }
+
+    #[test]
+    fn primitive_layout_errors() {
+        let (_, e) = analyse_src(
+            quote!(x = y, weight = v),
+            quote!(
+                fn f(x: &Tensor, w: &Tensor, #[param] s: f64) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(
+            e.contains("`x = y` names no argument of `f`; its operands are `x`, `w`"),
+            "{e}"
+        );
+        assert!(e.contains("`weight = v` names no argument"), "{e}");
+        let (_, e) = analyse_src(
+            quote!(weight = s),
+            quote!(
+                fn f(x: &Tensor, w: &Tensor, #[param] s: f64) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.contains("names a `#[param]` argument"), "{e}");
+        let (_, e) = analyse_src(
+            quote!(),
+            quote!(
+                fn f(x: &Tensor) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.contains("needs a trainable operand"), "{e}");
+    }
+
+    #[test]
+    fn primitive_signature_errors() {
+        let (p, e) = analyse_src(
+            quote!(),
+            quote!(
+                async fn f<T>(x: &Tensor, w: &Tensor, n: usize, #[param] s: &str) {}
+            ),
+        );
+        assert!(p.structural_error);
+        for needle in [
+            "`async fn`",
+            "generic function",
+            "neither an operand nor a param",
+            "must be an owned value",
+            "must return `Result<Tensor>`",
+        ] {
+            assert!(e.contains(needle), "missing {needle:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn tensor_ref_detection() {
+        assert!(is_tensor_ref(&syn::parse_quote!(&Tensor)));
+        assert!(is_tensor_ref(&syn::parse_quote!(&'a braintrace::Tensor)));
+        assert!(!is_tensor_ref(&syn::parse_quote!(&mut Tensor)));
+        assert!(!is_tensor_ref(&syn::parse_quote!(Tensor)));
+        assert!(!is_tensor_ref(&syn::parse_quote!(Option<&Tensor>)));
+    }
+}

@@ -1,0 +1,7 @@
+// `#[etp_primitive]` on a struct.
+use braintrace::prelude::*;
+
+#[etp_primitive(name = "etp_my_op")]
+struct MyOp;
+
+fn main() {}
