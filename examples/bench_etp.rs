@@ -47,7 +47,7 @@ fn main() -> Result<()> {
     let x = rand(&[b, i], 1);
     let w = rand(&[i, o], 2);
     let h = rand(&[b, o], 3);
-    let mm = prims::etp_mm();
+    let mm = prims::etp_mm::primitive();
     let params = Params::new().with("has_bias", false);
     let mut trace = TensorMap::new();
     trace.insert("weight".into(), rand(&[b, i, o], 4));

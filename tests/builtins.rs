@@ -51,9 +51,9 @@ fn dense_rules_hold_on_random_shapes() {
             if bias {
                 args.push(g.tensor(&[o]));
             }
-            assert_rules(&prims::etp_mm(), &args, &params);
+            assert_rules(&prims::etp_mm::primitive(), &args, &params);
             args[0] = g.tensor(&[i]);
-            assert_rules(&prims::etp_mv(), &args, &params);
+            assert_rules(&prims::etp_mv::primitive(), &args, &params);
         }
     }
 }
@@ -69,10 +69,10 @@ fn sparse_rules_hold_on_random_shapes() {
             .with("sparse_mat", s.clone());
         params.insert("weight_fn", fnp(f));
         let args = vec![g.tensor(&[b, i]), g.tensor(&[s.nnz()]), g.tensor(&[o])];
-        assert_rules(&prims::etp_sp_mm(), &args, &params);
+        assert_rules(&prims::etp_sp_mm::primitive(), &args, &params);
         let args = vec![g.tensor(&[i]), g.tensor(&[s.nnz()])];
         assert_rules(
-            &prims::etp_sp_mv(),
+            &prims::etp_sp_mv::primitive(),
             &args,
             &params.clone().with("has_bias", false),
         );
@@ -96,9 +96,13 @@ fn lora_rules_hold_on_random_shapes() {
             g.tensor(&[r, o]),
             g.tensor(&[o]),
         ];
-        assert_rules(&prims::etp_lora_mm(), &args, &params);
+        assert_rules(&prims::etp_lora_mm::primitive(), &args, &params);
         let args = vec![g.tensor(&[i]), g.tensor(&[i, r]), g.tensor(&[r, o])];
-        assert_rules(&prims::etp_lora_mv(), &args, &params);
+        assert_rules(
+            &prims::etp_lora_mv::primitive(),
+            &args,
+            &params.clone().with("has_bias", false),
+        );
     }
 }
 
@@ -115,7 +119,11 @@ fn elemwise_rules_hold_on_random_shapes() {
         let mut params = Params::new();
         params.insert("weight_fn", fnp(f));
         let shape = [g.dim(1, 4), g.dim(1, 3)];
-        assert_rules(&prims::etp_elemwise(), &[g.tensor(&shape)], &params);
+        assert_rules(
+            &prims::etp_elemwise::primitive(),
+            &[g.tensor(&shape)],
+            &params,
+        );
     }
 }
 
@@ -142,7 +150,11 @@ fn conv_rules_hold_on_random_shapes() {
                 ..Default::default()
             };
             let params = prims::conv_params(&cp, true, &t);
-            assert_rules(&prims::etp_conv(), &[x, k, g.tensor(&[o])], &params);
+            assert_rules(
+                &prims::etp_conv::primitive(),
+                &[x, k, g.tensor(&[o])],
+                &params,
+            );
         }
     }
 }
@@ -303,7 +315,7 @@ fn user_ops_reject_ranks_they_cannot_take() {
     // Grouped convolutions are refused for the D-RTRL trace with a clear error.
     let cp = ConvParams::default_for(1).with_groups(2);
     let params = prims::conv_params(&cp, false, &Transforms::default());
-    let p = prims::etp_conv();
+    let p = prims::etp_conv::primitive();
     let e = p
         .init_drtrl(
             Some(&Aval::new(&[1, 4, 6], DType::F64)),

@@ -250,6 +250,39 @@ pub fn convert_result<T, E: From<Error>>(r: Result<T>) -> std::result::Result<T,
 
 /// The impl function was given the wrong number of operands (only reachable
 /// through `EtpPrimitive::call_impl`; `bind` checks the count first).
+pub fn operand_range_error(primitive: &str, min: usize, max: usize, got: usize) -> Error {
+    if min == max {
+        return operand_count_error(primitive, min, got);
+    }
+    Error::Arity {
+        op: primitive.to_string(),
+        expected: format!("{min} to {max}"),
+        got,
+    }
+}
+
+/// Append optional trailing operand number `index`; a present one after an
+/// absent one is an error (operands are positional).
+pub fn push_optional_operand(
+    primitive: &str,
+    ops: &mut Vec<Tensor>,
+    index: usize,
+    opt: Option<&Tensor>,
+) -> Result<()> {
+    if let Some(t) = opt {
+        if ops.len() != index {
+            return Err(Error::etp(
+                primitive,
+                "bind",
+                format!("optional operand {index} is given but an earlier optional operand is not"),
+            ));
+        }
+        ops.push(t.clone());
+    }
+    Ok(())
+}
+
+#[doc(hidden)]
 pub fn operand_count_error(primitive: &str, expected: usize, got: usize) -> Error {
     Error::Arity {
         op: primitive.to_string(),

@@ -136,7 +136,9 @@ fn expand_wrapper(p: &Primitive) -> TokenStream {
             }
         }
     }
-    let operands = p.operands().map(|a| &a.ident);
+    let required = p.operands().filter(|a| !a.optional).map(|a| &a.ident);
+    let optional = p.operands().filter(|a| a.optional).map(|a| &a.ident);
+    let optional_idx = p.required_operands()..p.operands().count();
     let params = p.params().map(|a| &a.ident);
     let attrs = &func.attrs;
     let vis = &func.vis;
@@ -146,8 +148,11 @@ fn expand_wrapper(p: &Primitive) -> TokenStream {
         #vis #sig {
             let __braintrace_params = #ident::Params { #(#params),* };
             let __braintrace_primitive = #ident::try_primitive()?;
+            #[allow(unused_mut)]
+            let mut __braintrace_operands = ::std::vec![#(::core::clone::Clone::clone(#required)),*];
+            #(#ident::__rt::push_optional_operand(#ident::NAME, &mut __braintrace_operands, #optional_idx, #optional)?;)*
             #ident::__rt::convert_result(__braintrace_primitive.bind(
-                &[#(::core::clone::Clone::clone(#operands)),*],
+                &__braintrace_operands,
                 &#ident::Params::to_params(&__braintrace_params),
             ))
         }
@@ -251,6 +256,17 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
     // The impl function over operand slices.
     let impl_fn = &n.impl_fn;
     let operand_vars: Vec<Ident> = (0..n_operands).map(|i| format_ident!("__o{}", i)).collect();
+    let n_required = p.required_operands();
+    let required_vars = &operand_vars[..n_required];
+    let optional_vars = &operand_vars[n_required..];
+    let required_idx: Vec<usize> = (0..n_required).collect();
+    let optional_idx: Vec<usize> = (n_required..n_operands).collect();
+    let optional_names: Vec<Literal> = p
+        .trainables
+        .iter()
+        .filter(|(_, i)| *i >= n_required)
+        .map(|(k, _)| lit(k))
+        .collect();
     let call_args = p.args.iter().map(|a| match a.kind {
         ArgKind::Operand(i) => operand_vars[i].to_token_stream(),
         ArgKind::Param => {
@@ -414,9 +430,11 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
             #(#rule_traits)*
 
             fn __impl(__args: &[#rt::Tensor], __params: &#rt::Params) -> #rt::Result<#rt::Tensor> {
-                let [#(#operand_vars),*] = __args else {
-                    return ::core::result::Result::Err(#rt::operand_count_error(NAME, #n_operands, __args.len()));
-                };
+                if __args.len() < #n_required || __args.len() > #n_operands {
+                    return ::core::result::Result::Err(#rt::operand_range_error(NAME, #n_required, #n_operands, __args.len()));
+                }
+                #(let #required_vars = &__args[#required_idx];)*
+                #(let #optional_vars = __args.get(#optional_idx);)*
                 let __p = Params::from_params(__params)?;
                 let _ = &__p;
                 ::core::result::Result::Ok(super::#impl_fn(#(#call_args),*)?)
@@ -428,7 +446,8 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
                 __o.gradient_enabled = #gradient_enabled;
                 __o.x_index = #x_index;
                 __o.trainables = ::std::vec![#(#trainables),*];
-                __o.num_args = ::core::option::Option::Some(#n_operands);
+                __o.num_args = if #n_required == #n_operands { ::core::option::Option::Some(#n_operands) } else { ::core::option::Option::None };
+                __o.optional = ::std::vec![#(::std::string::String::from(#optional_names)),*];
                 __o.exact_dw_shapes = #exact;
                 __o.origin = ::core::option::Option::Some(::std::string::String::from(ORIGIN));
                 #counterpart

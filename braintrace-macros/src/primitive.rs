@@ -22,6 +22,8 @@ pub struct Arg {
     pub ty: Type,
     /// Operand (`&Tensor`) or `#[param]`.
     pub kind: ArgKind,
+    /// An optional trailing operand (`Option<&Tensor>`, e.g. a bias).
+    pub optional: bool,
 }
 
 /// Operand or param.
@@ -70,6 +72,10 @@ impl Primitive {
             .iter()
             .filter(|a| matches!(a.kind, ArgKind::Operand(_)))
     }
+    /// Number of operands that every bind passes (the rest are optional).
+    pub fn required_operands(&self) -> usize {
+        self.operands().filter(|a| !a.optional).count()
+    }
     /// The params in order.
     pub fn params(&self) -> impl Iterator<Item = &Arg> {
         self.args.iter().filter(|a| a.kind == ArgKind::Param)
@@ -78,6 +84,21 @@ impl Primitive {
     pub fn keyed(&self) -> bool {
         self.trainables.len() != 1
     }
+}
+
+/// Whether `ty` is `Option<&Tensor>` (an optional trailing operand).
+pub fn is_opt_tensor_ref(ty: &Type) -> bool {
+    let Type::Path(p) = ty else { return false };
+    let Some(seg) = p.path.segments.last() else {
+        return false;
+    };
+    if seg.ident != "Option" {
+        return false;
+    }
+    let syn::PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return false;
+    };
+    matches!(a.args.first(), Some(syn::GenericArgument::Type(t)) if a.args.len() == 1 && is_tensor_ref(t))
 }
 
 /// Whether `ty` is `&Tensor` (any path ending in `Tensor`, no lifetime needed).
@@ -160,7 +181,14 @@ pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primiti
                 structural = true;
             }
             ArgKind::Param
-        } else if is_tensor_ref(&ty) {
+        } else if is_tensor_ref(&ty) || is_opt_tensor_ref(&ty) {
+            let optional = is_opt_tensor_ref(&ty);
+            if !optional && args.iter().any(|a: &Arg| a.optional) {
+                cx.error_spanned(
+                    &ty,
+                    format!("operand `{ident}` follows an optional operand: optional operands (`Option<&Tensor>`) must come after every `&Tensor` operand"),
+                );
+            }
             n_operands += 1;
             ArgKind::Operand(n_operands - 1)
         } else {
@@ -173,7 +201,13 @@ pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primiti
             }
             ArgKind::Param
         };
-        args.push(Arg { ident, ty, kind });
+        let optional = kind != ArgKind::Param && is_opt_tensor_ref(&ty);
+        args.push(Arg {
+            ident,
+            ty,
+            kind,
+            optional,
+        });
     }
     if n_operands == 0 && !structural {
         cx.error(func.sig.ident.span(), format!("`{fn_name}` has no operand: an ETP primitive takes its tensors as `&Tensor` arguments (`x: &Tensor, w: &Tensor`)"));
@@ -188,6 +222,14 @@ pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primiti
     }
 
     let (x, trainables) = layout(cx, &flags, &args, &fn_name);
+    if let Some(xa) = x.and_then(|i| args.iter().find(|a| a.kind == ArgKind::Operand(i))) {
+        if xa.optional {
+            cx.error_spanned(
+                &xa.ty,
+                format!("`x` operand `{}` cannot be optional: only trainable operands (a bias) may be `Option<&Tensor>`", xa.ident),
+            );
+        }
+    }
     let name = flags
         .name
         .as_ref()

@@ -129,12 +129,16 @@ impl Params {
         self.0.get(key)
     }
     /// A typed value; `op` names the primitive in the error.
+    /// An absent key reads as the type's [`ParamType::absent`] value (`None`
+    /// for `Option`s).
     pub fn get<T: ParamType>(&self, op: &str, key: &str) -> Result<T> {
-        let v = self.0.get(key).ok_or_else(|| Error::Param {
-            op: op.into(),
-            param: key.into(),
-            reason: "missing".into(),
-        })?;
+        let Some(v) = self.0.get(key) else {
+            return T::absent().ok_or_else(|| Error::Param {
+                op: op.into(),
+                param: key.into(),
+                reason: "missing".into(),
+            });
+        };
         T::from_param(v).ok_or_else(|| Error::Param {
             op: op.into(),
             param: key.into(),
@@ -186,6 +190,10 @@ pub trait ParamType: Sized {
     fn to_param(&self) -> ParamValue;
     /// Convert back (`None` if the value has another kind).
     fn from_param(v: &ParamValue) -> Option<Self>;
+    /// The value of an absent key, if the type has one (`Option`: `None`).
+    fn absent() -> Option<Self> {
+        None
+    }
 }
 
 macro_rules! int_param {
@@ -273,6 +281,9 @@ impl<T: ParamType> ParamType for Option<T> {
             ParamValue::None => Some(None),
             other => T::from_param(other).map(Some),
         }
+    }
+    fn absent() -> Option<Self> {
+        Some(None)
     }
 }
 impl<A: ParamType, B: ParamType> ParamType for (A, B) {

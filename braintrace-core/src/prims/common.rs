@@ -1,14 +1,9 @@
-//! Helpers shared by the built-in primitives: param reading, trace shapes,
+//! Helpers shared by the built-in primitives: trace shapes, bias checks
 //! and the small tensor idioms the rules repeat.
 
 use crate::error::Result;
-use crate::etp::{AvalMap, ElemFn, Params, TensorMap};
+use crate::etp::{AvalMap, TensorMap};
 use crate::tensor::{Aval, DType, Tensor};
-
-/// An optional element-wise transform param (`None`, a built-in name, or an `ElemFn`).
-pub(crate) fn fn_param(p: &Params, op: &str, key: &str) -> Result<Option<ElemFn>> {
-    p.get_or::<Option<ElemFn>>(op, key, None)
-}
 
 /// `shape ++ [s]`.
 pub(crate) fn with_state(shape: &[usize], s: usize) -> Vec<usize> {
@@ -67,4 +62,35 @@ pub(crate) fn leaf<'a>(m: &'a TensorMap, op: &str, key: &str) -> Result<&'a Tens
             ),
         )
     })
+}
+
+/// `has_bias` must agree with whether a bias operand was passed.
+pub(crate) fn check_bias(op: &str, has_bias: bool, bias: Option<&Tensor>) -> Result<()> {
+    if has_bias != bias.is_some() {
+        return Err(crate::Error::etp(
+            op,
+            "bind",
+            format!(
+                "param has_bias = {has_bias} but {} bias operand was given",
+                if bias.is_some() { "a" } else { "no" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Deterministic values in [-1, 1) for unit tests.
+#[cfg(test)]
+pub(crate) fn test_tensor(shape: &[usize], seed: u64) -> Tensor {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect();
+    Tensor::from_vec(v, shape).expect("shape matches")
 }

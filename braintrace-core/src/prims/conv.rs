@@ -2,15 +2,19 @@
 //! strides, SAME/VALID/explicit padding, lhs/rhs dilation and layouts
 //! (default channel-first). The D-RTRL trace is kept per output position
 //! (exact for a shared kernel), with `instant_drtrl` / `solve_drtrl`.
-//! In order: params, impl, rules, initialisers.
+//! In order: params, impl, rules, initialisers, tests.
 
-use super::common::{fn_param, trace_dtype, with_state};
+use super::common::{check_bias, trace_dtype, with_state};
+use super::dense::y_trace;
 use crate::error::{Error, Result};
-use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, ParamValue, Params, TensorMap};
+use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, ParamValue, TensorMap};
 use crate::ops::conv::layout_perms;
 use crate::ops::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
 use crate::tensor::{Aval, DType, Tensor};
 use crate::transform::vjp;
+use braintrace_macros::{
+    etp_primitive, init_drtrl, init_pp, instant_drtrl, solve_drtrl, xy_to_dw, yw_to_w,
+};
 
 const OP: &str = "etp_conv";
 
@@ -25,13 +29,8 @@ pub(crate) struct ConvSetup {
     op: Vec<usize>,
 }
 
-fn opt_list(p: &Params, key: &str) -> Result<Vec<usize>> {
-    Ok(p.get_or::<Option<Vec<usize>>>(OP, key, None)?
-        .unwrap_or_default())
-}
-
 /// Read the params; `rank` is the rank of a batched `x`.
-pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
+pub(crate) fn setup(p: &etp_conv::Params, rank: usize) -> Result<ConvSetup> {
     let d = rank.checked_sub(2).filter(|&d| d > 0).ok_or_else(|| {
         Error::etp(
             OP,
@@ -39,14 +38,12 @@ pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
             format!("x must have rank >= 3 (batch, channel, spatial...), got rank {rank}"),
         )
     })?;
-    let strides = p
-        .get_or::<Option<Vec<usize>>>(OP, "strides", None)?
-        .unwrap_or_else(|| vec![1; d]);
-    let padding = match p.raw("padding") {
-        None | Some(ParamValue::None) => ConvPadding::Valid,
-        Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("same") => ConvPadding::Same,
-        Some(ParamValue::Str(s)) if s.eq_ignore_ascii_case("valid") => ConvPadding::Valid,
-        Some(v) => {
+    let strides = p.strides.clone().unwrap_or_else(|| vec![1; d]);
+    let padding = match &p.padding {
+        ParamValue::None => ConvPadding::Valid,
+        ParamValue::Str(s) if s.eq_ignore_ascii_case("same") => ConvPadding::Same,
+        ParamValue::Str(s) if s.eq_ignore_ascii_case("valid") => ConvPadding::Valid,
+        v => {
             let pairs: Option<Vec<(i64, i64)>> = crate::etp::ParamType::from_param(v);
             ConvPadding::Explicit(pairs.ok_or_else(|| Error::Param {
                 op: OP.into(),
@@ -57,16 +54,17 @@ pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
             })?)
         }
     };
-    let groups: usize = p.get_or(OP, "feature_group_count", 1)?;
-    let batch_groups: usize = p.get_or(OP, "batch_group_count", 1)?;
-    if batch_groups != 1 {
+    if p.batch_group_count != 1 {
         return Err(Error::etp(
             OP,
             "params",
-            format!("batch_group_count = {batch_groups} is not supported (only 1)"),
+            format!(
+                "batch_group_count = {} is not supported (only 1)",
+                p.batch_group_count
+            ),
         ));
     }
-    let dn = match p.get_or::<Option<Vec<String>>>(OP, "dimension_numbers", None)? {
+    let dn = match &p.dimension_numbers {
         None => None,
         Some(v) if v.len() == 3 => Some(ConvDimensionNumbers {
             lhs: v[0].clone(),
@@ -91,15 +89,15 @@ pub(crate) fn setup(p: &Params, rank: usize) -> Result<ConvSetup> {
     let conv = ConvParams {
         strides,
         padding,
-        lhs_dilation: opt_list(p, "lhs_dilation")?,
-        rhs_dilation: opt_list(p, "rhs_dilation")?,
+        lhs_dilation: p.lhs_dilation.clone().unwrap_or_default(),
+        rhs_dilation: p.rhs_dilation.clone().unwrap_or_default(),
         dimension_numbers: dn,
-        feature_group_count: groups,
+        feature_group_count: p.feature_group_count,
     };
     Ok(ConvSetup {
         conv,
-        kernel_fn: fn_param(p, OP, "kernel_fn")?,
-        bias_fn: fn_param(p, OP, "bias_fn")?,
+        kernel_fn: p.kernel_fn.clone(),
+        bias_fn: p.bias_fn.clone(),
         lp,
         rp,
         op,
@@ -172,16 +170,42 @@ fn drop_batch(t: Tensor, batched: bool) -> Result<Tensor> {
     }
 }
 
-/// `y = conv(x, kernel_fn(K)) (+ bias_fn(b))`.
-pub(crate) fn conv_impl(args: &[Tensor], p: &Params) -> Result<Tensor> {
-    let s = setup(p, args[0].ndim())?;
-    let k = apply_fn(&s.kernel_fn, &args[1])?;
-    let y =
-        conv_general(&args[0], &k, &s.conv).map_err(|e| Error::etp(OP, "bind", e.to_string()))?;
-    match args.get(2) {
-        Some(b) => y
-            .add(&s.bias_shape(&apply_fn(&s.bias_fn, b)?, y.ndim(), true)?)
-            .map_err(|e| Error::etp(OP, "bind", e.to_string())),
+/// `y = conv(x, kernel_fn(K)) (+ bias_fn(b))`; `x` carries the batch axis.
+#[allow(clippy::too_many_arguments)]
+#[etp_primitive(name = "etp_conv", crate = "crate", batched, exact_dw_shapes = false, x = x, weight = [weight, bias])]
+pub fn etp_conv(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    #[param] has_bias: bool,
+    #[param] strides: Option<Vec<usize>>,
+    #[param] padding: ParamValue,
+    #[param] lhs_dilation: Option<Vec<usize>>,
+    #[param] rhs_dilation: Option<Vec<usize>>,
+    #[param] feature_group_count: usize,
+    #[param] batch_group_count: usize,
+    #[param] dimension_numbers: Option<Vec<String>>,
+    #[param] kernel_fn: Option<ElemFn>,
+    #[param] bias_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    check_bias(OP, has_bias, bias)?;
+    let p = etp_conv::Params {
+        has_bias,
+        strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+        feature_group_count,
+        batch_group_count,
+        dimension_numbers,
+        kernel_fn,
+        bias_fn,
+    };
+    let s = setup(&p, x.ndim())?;
+    let k = apply_fn(&s.kernel_fn, weight)?;
+    let y = conv_general(x, &k, &s.conv)?;
+    match bias {
+        Some(b) => y.add(&s.bias_shape(&apply_fn(&s.bias_fn, b)?, y.ndim(), true)?),
         None => Ok(y),
     }
 }
@@ -227,13 +251,13 @@ fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<T
 }
 
 /// `instant_drtrl` (per sample): weight `(s.., <kernel>)`, bias `h ⊙ g'` per position.
-pub(crate) fn conv_instant_drtrl(
-    x: Option<&Tensor>,
+#[instant_drtrl(etp_conv)]
+fn conv_instant_drtrl(
+    x: &Tensor,
     hidden: &Tensor,
     ws: &TensorMap,
-    p: &Params,
+    p: &etp_conv::Params,
 ) -> Result<TensorMap> {
-    let x = x.ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "needs x"))?;
     let w = ws
         .get("weight")
         .ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "expected a `weight` entry"))?;
@@ -258,13 +282,13 @@ pub(crate) fn conv_instant_drtrl(
 
 /// `xy_to_dw`: kernel = VJP of `K -> conv(x, kernel_fn(K))` at `h` (sums over
 /// batch and positions); bias = `h ⊙ g'(b)` per position (not summed).
-pub(crate) fn conv_xy_to_dw(
-    x: Option<&Tensor>,
+#[xy_to_dw(etp_conv)]
+fn conv_xy_to_dw(
+    x: &Tensor,
     hidden: &Tensor,
     ws: &TensorMap,
-    p: &Params,
+    p: &etp_conv::Params,
 ) -> Result<TensorMap> {
-    let x = x.ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "needs x"))?;
     let w = ws
         .get("weight")
         .ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "expected a `weight` entry"))?;
@@ -293,7 +317,8 @@ pub(crate) fn conv_xy_to_dw(
 }
 
 /// `yw_to_w`: `trace_K[b, s, k, ...] *= h[b, s, k]`, `trace_b *= h` (no spatial sums).
-pub(crate) fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &Params) -> Result<TensorMap> {
+#[yw_to_w(etp_conv)]
+fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_conv::Params) -> Result<TensorMap> {
     let tk = trace
         .get("weight")
         .ok_or_else(|| Error::etp(OP, "rule yw_to_w", "expected a `weight` entry"))?;
@@ -318,11 +343,12 @@ pub(crate) fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &Params) -> Re
 }
 
 /// `solve_drtrl` (per sample): `dK = Σ_s trace_K[s, ..] g[s, o]`, `db = Σ_s trace_b g`.
-pub(crate) fn conv_solve_drtrl(
+#[solve_drtrl(etp_conv)]
+fn conv_solve_drtrl(
     g: &Tensor,
     trace: &TensorMap,
     _ws: &TensorMap,
-    p: &Params,
+    p: &etp_conv::Params,
 ) -> Result<TensorMap> {
     let tk = trace
         .get("weight")
@@ -343,14 +369,15 @@ pub(crate) fn conv_solve_drtrl(
 }
 
 /// `init_drtrl`: `{weight (B, s.., *K.shape, S), bias (*y.shape, S)}`.
-pub(crate) fn conv_init_drtrl(
-    x: Option<&Aval>,
+#[init_drtrl(etp_conv)]
+fn conv_init_drtrl(
+    x: &Aval,
     y: &Aval,
     ws: &AvalMap,
     st: usize,
-    p: &Params,
+    p: &etp_conv::Params,
 ) -> Result<TensorMap> {
-    let dt: DType = trace_dtype(x, y, ws);
+    let dt: DType = trace_dtype(Some(x), y, ws);
     let s = setup(p, y.ndim())?;
     if s.conv.feature_group_count != 1 {
         return Err(Error::etp(OP, "rule init_drtrl", format!("grouped convolutions (feature_group_count = {}) are not supported by the per-position D-RTRL trace", s.conv.feature_group_count)));
@@ -367,4 +394,76 @@ pub(crate) fn conv_init_drtrl(
             Ok((k.clone(), Tensor::zeros(&shape, dt)))
         })
         .collect()
+}
+
+#[init_pp(etp_conv)]
+fn conv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(y_trace(y, num_hidden_state))
+}
+
+// ---------------------------------------------------------------- tests
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etp::check_rules;
+    use crate::prims::common::test_tensor;
+
+    fn params(layout: Option<[&str; 3]>, padding: &str) -> crate::etp::Params {
+        etp_conv::Params {
+            has_bias: true,
+            strides: Some(vec![2, 1]),
+            padding: ParamValue::Str(padding.into()),
+            lhs_dilation: None,
+            rhs_dilation: Some(vec![1, 2]),
+            feature_group_count: 1,
+            batch_group_count: 1,
+            dimension_numbers: layout.map(|l| l.iter().map(|s| s.to_string()).collect()),
+            kernel_fn: ElemFn::builtin("tanh"),
+            bias_fn: None,
+        }
+        .to_params()
+    }
+
+    #[test]
+    fn conv_rules_channel_first() {
+        let args = [
+            test_tensor(&[2, 3, 6, 5], 1),
+            test_tensor(&[7, 3, 2, 2], 2),
+            test_tensor(&[7], 3),
+        ];
+        let r = check_rules(&etp_conv::primitive(), &args, &params(None, "SAME")).unwrap();
+        assert!(r.is_ok(), "{r}");
+    }
+
+    #[test]
+    fn conv_rules_channel_last() {
+        let args = [
+            test_tensor(&[2, 6, 5, 3], 1),
+            test_tensor(&[2, 2, 3, 7], 2),
+            test_tensor(&[7], 3),
+        ];
+        let r = check_rules(
+            &etp_conv::primitive(),
+            &args,
+            &params(Some(["NHWC", "HWIO", "NHWC"]), "VALID"),
+        )
+        .unwrap();
+        assert!(r.is_ok(), "{r}");
+    }
+
+    #[test]
+    fn conv_trace_is_per_position() {
+        let p = params(None, "SAME");
+        let mut ws = AvalMap::new();
+        ws.insert("weight".into(), Aval::new(&[7, 3, 2, 2], DType::F64));
+        ws.insert("bias".into(), Aval::new(&[7], DType::F64));
+        let x = Aval::new(&[2, 3, 6, 5], DType::F64);
+        let y = Aval::new(&[2, 7, 3, 5], DType::F64);
+        let t = etp_conv::primitive()
+            .init_drtrl(Some(&x), &y, &ws, 2, &p)
+            .unwrap();
+        assert_eq!(t["weight"].shape(), &[2, 3, 5, 7, 3, 2, 2, 2]);
+        assert_eq!(t["bias"].shape(), &[2, 7, 3, 5, 2]);
+    }
 }

@@ -1,30 +1,63 @@
 //! Dense `etp_mm` (x `(B, I)`) and `etp_mv` (x `(I,)`): `y = x @ f(W) (+ g(b))`
 //! with `W (I, O)`, optional bias `b (O,)` and optional element-wise
-//! transforms `weight_fn` / `bias_fn`. In order: impl, rules, initialisers,
-//! user-facing op, tests.
+//! transforms `weight_fn` / `bias_fn`. `etp_mv`'s batched counterpart is
+//! `etp_mm`. In order: impl, rules, initialisers, tests.
 
-use super::common::{fn_param, over_inputs, sum_batch, trace_dtype, with_state, xt_h};
-use crate::error::{Error, Result};
-use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, Params, TensorMap};
+use super::common::{check_bias, over_inputs, sum_batch, trace_dtype, with_state, xt_h};
+use crate::error::Result;
+use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, TensorMap};
 use crate::tensor::{Aval, Tensor};
+use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
-/// The dense impl: `x @ weight_fn(W) (+ bias_fn(b))`.
-pub(crate) fn dense_impl(op: &str, args: &[Tensor], p: &Params) -> Result<Tensor> {
-    let wf = fn_param(p, op, "weight_fn")?;
-    let bf = fn_param(p, op, "bias_fn")?;
-    let y = args[0]
-        .matmul(&apply_fn(&wf, &args[1])?)
-        .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
-    match args.get(2) {
-        Some(b) => y
-            .add(&apply_fn(&bf, b)?)
-            .map_err(|e| Error::etp(op, "bind", e.to_string())),
+// ---------------------------------------------------------------- impl
+
+fn dense(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    has_bias: bool,
+    wf: &Option<ElemFn>,
+    bf: &Option<ElemFn>,
+) -> Result<Tensor> {
+    check_bias(op, has_bias, b)?;
+    let y = x.matmul(&apply_fn(wf, w)?)?;
+    match b {
+        Some(b) => y.add(&apply_fn(bf, b)?),
         None => Ok(y),
     }
 }
 
-/// `yw_to_w`: `trace_W[..., i, o] *= h[..., o]`, `trace_b *= h`.
-pub(crate) fn dense_yw_to_w(hidden: &Tensor, trace: &TensorMap, _p: &Params) -> Result<TensorMap> {
+/// `y = x @ weight_fn(W) (+ bias_fn(b))` for a batch `x (B, I)`.
+#[etp_primitive(name = "etp_mm", crate = "crate", batched, x = x, weight = [weight, bias])]
+pub fn etp_mm(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    #[param] has_bias: bool,
+    #[param] weight_fn: Option<ElemFn>,
+    #[param] bias_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    dense("etp_mm", x, weight, bias, has_bias, &weight_fn, &bias_fn)
+}
+
+/// `y = x @ weight_fn(W) (+ bias_fn(b))` for one sample `x (I,)`.
+#[etp_primitive(name = "etp_mv", crate = "crate", counterpart = etp_mm, x = x, weight = [weight, bias])]
+pub fn etp_mv(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    #[param] has_bias: bool,
+    #[param] weight_fn: Option<ElemFn>,
+    #[param] bias_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    dense("etp_mv", x, weight, bias, has_bias, &weight_fn, &bias_fn)
+}
+
+// ---------------------------------------------------------------- rules
+
+/// `trace_W[..., i, o] *= h[..., o]`, `trace_b *= h` (shared with LoRA).
+pub(crate) fn spread_over_outputs(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
     trace
         .iter()
         .map(|(k, t)| {
@@ -38,38 +71,60 @@ pub(crate) fn dense_yw_to_w(hidden: &Tensor, trace: &TensorMap, _p: &Params) -> 
         .collect()
 }
 
-/// `xy_to_dw`: `dW = (xᵀ h) ⊙ f'(W)`, `db = Σ_batch h ⊙ g'(b)`.
-pub(crate) fn dense_xy_to_dw(
-    op: &str,
-    x: Option<&Tensor>,
+/// `dW = (xᵀ h) ⊙ f'(W)`, `db = Σ_batch h ⊙ g'(b)`.
+fn dense_dw(
+    x: &Tensor,
     hidden: &Tensor,
     ws: &TensorMap,
-    p: &Params,
+    wf: &Option<ElemFn>,
+    bf: &Option<ElemFn>,
 ) -> Result<TensorMap> {
-    let x = x.ok_or_else(|| Error::etp(op, "rule xy_to_dw", "needs x"))?;
-    let mut out = TensorMap::new();
-    for (k, w) in ws {
-        let (raw, f): (Tensor, Option<ElemFn>) = if k == "bias" {
-            (
-                sum_batch(hidden, x.ndim() == 2)?,
-                fn_param(p, op, "bias_fn")?,
-            )
-        } else {
-            (xt_h(x, hidden)?, fn_param(p, op, "weight_fn")?)
-        };
-        out.insert(k.clone(), times_derivative(&f, w, &raw)?);
-    }
-    Ok(out)
+    ws.iter()
+        .map(|(k, w)| {
+            let v = if k == "bias" {
+                times_derivative(bf, w, &sum_batch(hidden, x.ndim() == 2)?)?
+            } else {
+                times_derivative(wf, w, &xt_h(x, hidden)?)?
+            };
+            Ok((k.clone(), v))
+        })
+        .collect()
 }
 
-/// `init_drtrl`: `{weight (B?, I, O, S), bias (B?, O, S)}`.
-pub(crate) fn dense_init_drtrl(
-    x: Option<&Aval>,
-    y: &Aval,
-    ws: &AvalMap,
-    s: usize,
-    _p: &Params,
+#[yw_to_w(etp_mm)]
+fn mm_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    spread_over_outputs(hidden, trace)
+}
+
+#[yw_to_w(etp_mv)]
+fn mv_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    spread_over_outputs(hidden, trace)
+}
+
+#[xy_to_dw(etp_mm)]
+fn mm_xy_to_dw(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_mm::Params,
 ) -> Result<TensorMap> {
+    dense_dw(x, hidden, ws, &p.weight_fn, &p.bias_fn)
+}
+
+#[xy_to_dw(etp_mv)]
+fn mv_xy_to_dw(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_mv::Params,
+) -> Result<TensorMap> {
+    dense_dw(x, hidden, ws, &p.weight_fn, &p.bias_fn)
+}
+
+// ---------------------------------------------------------------- initialisers
+
+/// `{weight (B?, I, O, S), bias (B?, O, S)}`; `B?` is `y`'s leading axes.
+fn dense_trace(x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
     let dt = trace_dtype(x, y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
     ws.iter()
@@ -79,18 +134,104 @@ pub(crate) fn dense_init_drtrl(
             } else {
                 with_state(&[lead, w.shape()].concat(), s)
             };
-            Ok((k.clone(), Tensor::zeros(&shape, dt)))
+            (k.clone(), Tensor::zeros(&shape, dt))
         })
         .collect()
 }
 
-/// `init_pp` of every built-in: zeros of `(*y.shape, S)` in `y`'s dtype.
-pub(crate) fn init_pp_y(
-    _x: Option<&Aval>,
-    y: &Aval,
-    _ws: &AvalMap,
-    s: usize,
-    _p: &Params,
-) -> Result<Tensor> {
-    Ok(Tensor::zeros(&with_state(y.shape(), s), y.dtype()))
+/// Zeros of `(*y.shape, S)` in `y`'s dtype: the `init_pp` of every built-in.
+pub(crate) fn y_trace(y: &Aval, s: usize) -> Tensor {
+    Tensor::zeros(&with_state(y.shape(), s), y.dtype())
+}
+
+#[init_drtrl(etp_mm)]
+fn mm_init_drtrl(x: &Aval, y: &Aval, ws: &AvalMap, num_hidden_state: usize) -> Result<TensorMap> {
+    Ok(dense_trace(Some(x), y, ws, num_hidden_state))
+}
+
+#[init_drtrl(etp_mv)]
+fn mv_init_drtrl(x: &Aval, y: &Aval, ws: &AvalMap, num_hidden_state: usize) -> Result<TensorMap> {
+    Ok(dense_trace(Some(x), y, ws, num_hidden_state))
+}
+
+#[init_pp(etp_mm)]
+fn mm_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(y_trace(y, num_hidden_state))
+}
+
+#[init_pp(etp_mv)]
+fn mv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(y_trace(y, num_hidden_state))
+}
+
+// ---------------------------------------------------------------- tests
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etp::{check_rules, ElemFn};
+    use crate::prims::common::test_tensor;
+    use crate::tensor::DType;
+
+    fn params(has_bias: bool) -> crate::etp::Params {
+        etp_mm::Params {
+            has_bias,
+            weight_fn: ElemFn::builtin("tanh"),
+            bias_fn: ElemFn::builtin("softplus"),
+        }
+        .to_params()
+    }
+
+    #[test]
+    fn mm_forward() {
+        let (x, w, b) = (
+            test_tensor(&[2, 3], 1),
+            test_tensor(&[3, 4], 2),
+            test_tensor(&[4], 3),
+        );
+        let y = etp_mm(&x, &w, Some(&b), true, None, None).unwrap();
+        let want = x.matmul(&w).unwrap().add(&b).unwrap();
+        assert_eq!(y.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+        assert!(
+            etp_mm(&x, &w, None, true, None, None).is_err(),
+            "has_bias without a bias is an error"
+        );
+    }
+
+    #[test]
+    fn mm_rules() {
+        let args = [
+            test_tensor(&[2, 3], 1),
+            test_tensor(&[3, 4], 2),
+            test_tensor(&[4], 3),
+        ];
+        let r = check_rules(&etp_mm::primitive(), &args, &params(true)).unwrap();
+        assert!(r.is_ok(), "{r}");
+        let r = check_rules(&etp_mm::primitive(), &args[..2], &params(false)).unwrap();
+        assert!(r.is_ok(), "{r}");
+    }
+
+    #[test]
+    fn mv_rules() {
+        let args = [
+            test_tensor(&[3], 1),
+            test_tensor(&[3, 4], 2),
+            test_tensor(&[4], 3),
+        ];
+        let r = check_rules(&etp_mv::primitive(), &args, &params(true)).unwrap();
+        assert!(r.is_ok(), "{r}");
+    }
+
+    #[test]
+    fn mv_batching() {
+        let xs = test_tensor(&[5, 3], 1);
+        let w = test_tensor(&[3, 4], 2);
+        let f = crate::vmap(
+            |a: &[Tensor]| Ok(vec![etp_mv(&a[0], &a[1], None, false, None, None)?]),
+            vec![Some(0), None],
+        );
+        let g = crate::make_graph(&f, &[xs.aval(), w.aval()]).unwrap();
+        assert_eq!(g.primitive_names(), vec!["etp_mm"]);
+        let _ = DType::F64;
+    }
 }

@@ -1,19 +1,26 @@
 //! The built-in ETP primitives: dense (`etp_mm`, `etp_mv`), convolution
 //! (`etp_conv`), element-wise (`etp_elemwise`), sparse (`etp_sp_mm`,
 //! `etp_sp_mv`) and LoRA (`etp_lora_mm`, `etp_lora_mv`), and the user-facing
-//! ops that pick the batched or unbatched form from `x`'s rank.
+//! ops that pick the batched or unbatched form from `x`'s rank. Each
+//! built-in is defined with `#[etp_primitive]` and its companion rules,
+//! exactly as a user-defined primitive would be; `prims::etp_mm` is the
+//! binding function and `prims::etp_mm::primitive()` the handle.
 
 mod common;
 pub mod conv;
 pub mod dense;
 pub mod elemwise;
 pub mod lora;
-mod register;
 pub mod sparse;
 mod user;
 
-pub use register::{
-    etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv,
-};
+pub use conv::etp_conv;
+pub use dense::{etp_mm, etp_mv};
+pub use elemwise::etp_elemwise;
+pub use lora::{etp_lora_mm, etp_lora_mv};
 pub use sparse::CsrStructure;
-pub use user::{conv, conv_params, element_wise, lora_matmul, matmul, sparse_matmul, Transforms};
+pub use sparse::{etp_sp_mm, etp_sp_mv};
+pub use user::{
+    conv, conv_params, conv_typed_params, element_wise, lora_matmul, matmul, sparse_matmul,
+    Transforms,
+};

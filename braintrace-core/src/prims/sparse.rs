@@ -1,12 +1,15 @@
 //! Sparse `etp_sp_mm` / `etp_sp_mv`: `y = x @ M(f(w)) (+ g(b))` where `M`
 //! places the `nnz` stored values into a fixed CSR structure (a param,
-//! compared by value). In order: structure, impl, rules, initialisers.
+//! compared by value); `etp_sp_mv`'s counterpart is `etp_sp_mm`. In order:
+//! structure, impl, rules, initialisers, tests.
 
-use super::common::{fn_param, sum_batch, trace_dtype, with_state};
+use super::common::{check_bias, sum_batch, trace_dtype, with_state};
+use super::dense::y_trace;
 use crate::error::{Error, Result};
-use crate::etp::{apply_fn, times_derivative, AvalMap, ParamType, ParamValue, Params, TensorMap};
+use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, ParamType, ParamValue, TensorMap};
 use crate::ops::index::scatter_add;
 use crate::tensor::{Aval, Tensor};
+use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 use std::collections::BTreeMap;
 
 /// A fixed CSR sparsity structure: `W[row_of_nnz[p], col_of_nnz[p]] = w[p]`.
@@ -152,93 +155,155 @@ impl ParamType for CsrStructure {
     }
 }
 
-fn structure(op: &str, p: &Params) -> Result<CsrStructure> {
-    p.get::<CsrStructure>(op, "sparse_mat")
-}
+// ---------------------------------------------------------------- impl
 
-/// `y = x @ densify(weight_fn(w)) (+ bias_fn(b))`.
-pub(crate) fn sparse_impl(op: &str, args: &[Tensor], p: &Params) -> Result<Tensor> {
-    let s = structure(op, p)?;
-    let w = s
-        .densify(&apply_fn(&fn_param(p, op, "weight_fn")?, &args[1])?)
+#[allow(clippy::too_many_arguments)]
+fn sparse(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    s: &CsrStructure,
+    has_bias: bool,
+    wf: &Option<ElemFn>,
+    bf: &Option<ElemFn>,
+) -> Result<Tensor> {
+    check_bias(op, has_bias, b)?;
+    let dense = s
+        .densify(&apply_fn(wf, w)?)
         .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
-    let y = args[0]
-        .matmul(&w)
-        .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
-    match args.get(2) {
-        Some(b) => y
-            .add(&apply_fn(&fn_param(p, op, "bias_fn")?, b)?)
-            .map_err(|e| Error::etp(op, "bind", e.to_string())),
+    let y = x.matmul(&dense)?;
+    match b {
+        Some(b) => y.add(&apply_fn(bf, b)?),
         None => Ok(y),
     }
 }
 
-/// `yw_to_w`: `trace_w[..., p] *= h[..., col(p)]`, `trace_b *= h`.
-pub(crate) fn sparse_yw_to_w(
-    op: &str,
-    hidden: &Tensor,
-    trace: &TensorMap,
-    p: &Params,
-) -> Result<TensorMap> {
-    let s = structure(op, p)?;
+/// `y = x @ M(weight_fn(w)) (+ bias_fn(b))` for a batch `x (B, I)`.
+#[etp_primitive(name = "etp_sp_mm", crate = "crate", batched, x = x, weight = [weight, bias])]
+pub fn etp_sp_mm(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    #[param] sparse_mat: CsrStructure,
+    #[param] has_bias: bool,
+    #[param] weight_fn: Option<ElemFn>,
+    #[param] bias_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    sparse(
+        "etp_sp_mm",
+        x,
+        weight,
+        bias,
+        &sparse_mat,
+        has_bias,
+        &weight_fn,
+        &bias_fn,
+    )
+}
+
+/// `y = x @ M(weight_fn(w)) (+ bias_fn(b))` for one sample `x (I,)`.
+#[etp_primitive(name = "etp_sp_mv", crate = "crate", counterpart = etp_sp_mm, x = x, weight = [weight, bias])]
+pub fn etp_sp_mv(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    #[param] sparse_mat: CsrStructure,
+    #[param] has_bias: bool,
+    #[param] weight_fn: Option<ElemFn>,
+    #[param] bias_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    sparse(
+        "etp_sp_mv",
+        x,
+        weight,
+        bias,
+        &sparse_mat,
+        has_bias,
+        &weight_fn,
+        &bias_fn,
+    )
+}
+
+// ---------------------------------------------------------------- rules
+
+/// `trace_w[..., p] *= h[..., col(p)]`, `trace_b *= h`.
+fn sparse_spread(s: &CsrStructure, hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    let cols = s.col_tensor()?;
     trace
         .iter()
         .map(|(k, t)| {
             let f = if k == "bias" {
                 t.mul(hidden)?
             } else {
-                t.mul(&hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?)?
+                t.mul(&hidden.take(&cols, hidden.ndim() - 1)?)?
             };
             Ok((k.clone(), f))
         })
         .collect()
 }
 
-/// `xy_to_dw`: `dw[p] = f'(w[p]) Σ_b x[b, row(p)] h[b, col(p)]`, `db = Σ_b h ⊙ g'(b)`.
-pub(crate) fn sparse_xy_to_dw(
-    op: &str,
-    x: Option<&Tensor>,
+/// `dw[p] = f'(w[p]) Σ_b x[b, row(p)] h[b, col(p)]`, `db = Σ_b h ⊙ g'(b)`.
+fn sparse_dw(
+    s: &CsrStructure,
+    x: &Tensor,
     hidden: &Tensor,
     ws: &TensorMap,
-    p: &Params,
+    wf: &Option<ElemFn>,
+    bf: &Option<ElemFn>,
 ) -> Result<TensorMap> {
-    let x = x.ok_or_else(|| Error::etp(op, "rule xy_to_dw", "needs x"))?;
-    let s = structure(op, p)?;
     let batched = x.ndim() == 2;
-    let mut out = TensorMap::new();
-    for (k, w) in ws {
-        let v = if k == "bias" {
-            times_derivative(
-                &fn_param(p, op, "bias_fn")?,
-                w,
-                &sum_batch(hidden, batched)?,
-            )?
-        } else {
-            let xr = x.take(&s.row_tensor()?, x.ndim() - 1)?;
-            let hc = hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?;
-            times_derivative(
-                &fn_param(p, op, "weight_fn")?,
-                w,
-                &sum_batch(&xr.mul(&hc)?, batched)?,
-            )?
-        };
-        out.insert(k.clone(), v);
-    }
-    Ok(out)
+    ws.iter()
+        .map(|(k, w)| {
+            let v = if k == "bias" {
+                times_derivative(bf, w, &sum_batch(hidden, batched)?)?
+            } else {
+                let xr = x.take(&s.row_tensor()?, x.ndim() - 1)?;
+                let hc = hidden.take(&s.col_tensor()?, hidden.ndim() - 1)?;
+                times_derivative(wf, w, &sum_batch(&xr.mul(&hc)?, batched)?)?
+            };
+            Ok((k.clone(), v))
+        })
+        .collect()
 }
 
-/// `init_drtrl`: `{weight (B?, nnz, S), bias (B?, O, S)}`.
-pub(crate) fn sparse_init_drtrl(
-    x: Option<&Aval>,
-    y: &Aval,
-    ws: &AvalMap,
-    s: usize,
-    _p: &Params,
+#[yw_to_w(etp_sp_mm)]
+fn sp_mm_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_sp_mm::Params) -> Result<TensorMap> {
+    sparse_spread(&p.sparse_mat, hidden, trace)
+}
+
+#[yw_to_w(etp_sp_mv)]
+fn sp_mv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_sp_mv::Params) -> Result<TensorMap> {
+    sparse_spread(&p.sparse_mat, hidden, trace)
+}
+
+#[xy_to_dw(etp_sp_mm)]
+fn sp_mm_xy_to_dw(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_sp_mm::Params,
 ) -> Result<TensorMap> {
-    let dt = trace_dtype(x, y, ws);
+    sparse_dw(&p.sparse_mat, x, hidden, ws, &p.weight_fn, &p.bias_fn)
+}
+
+#[xy_to_dw(etp_sp_mv)]
+fn sp_mv_xy_to_dw(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_sp_mv::Params,
+) -> Result<TensorMap> {
+    sparse_dw(&p.sparse_mat, x, hidden, ws, &p.weight_fn, &p.bias_fn)
+}
+
+// ---------------------------------------------------------------- initialisers
+
+/// `{weight (B?, nnz, S), bias (B?, O, S)}`.
+fn sparse_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
+    let dt = trace_dtype(Some(x), y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
-    Ok(ws
-        .iter()
+    ws.iter()
         .map(|(k, w)| {
             let shape = if k == "bias" {
                 with_state(y.shape(), s)
@@ -247,5 +312,89 @@ pub(crate) fn sparse_init_drtrl(
             };
             (k.clone(), Tensor::zeros(&shape, dt))
         })
-        .collect())
+        .collect()
+}
+
+#[init_drtrl(etp_sp_mm)]
+fn sp_mm_init_drtrl(
+    x: &Aval,
+    y: &Aval,
+    ws: &AvalMap,
+    num_hidden_state: usize,
+) -> Result<TensorMap> {
+    Ok(sparse_trace(x, y, ws, num_hidden_state))
+}
+
+#[init_drtrl(etp_sp_mv)]
+fn sp_mv_init_drtrl(
+    x: &Aval,
+    y: &Aval,
+    ws: &AvalMap,
+    num_hidden_state: usize,
+) -> Result<TensorMap> {
+    Ok(sparse_trace(x, y, ws, num_hidden_state))
+}
+
+#[init_pp(etp_sp_mm)]
+fn sp_mm_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(y_trace(y, num_hidden_state))
+}
+
+#[init_pp(etp_sp_mv)]
+fn sp_mv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(y_trace(y, num_hidden_state))
+}
+
+// ---------------------------------------------------------------- tests
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etp::check_rules;
+    use crate::prims::common::test_tensor;
+
+    fn structure() -> CsrStructure {
+        CsrStructure::from_dense_pattern(4, 3, |r, c| (r + 2 * c) % 3 == 0 && r != 2)
+    }
+
+    #[test]
+    fn sp_mm_rules() {
+        let s = structure();
+        let p = etp_sp_mm::Params {
+            sparse_mat: s.clone(),
+            has_bias: true,
+            weight_fn: ElemFn::builtin("tanh"),
+            bias_fn: None,
+        }
+        .to_params();
+        let args = [
+            test_tensor(&[2, 4], 1),
+            test_tensor(&[s.nnz()], 2),
+            test_tensor(&[3], 3),
+        ];
+        let r = check_rules(&etp_sp_mm::primitive(), &args, &p).unwrap();
+        assert!(r.is_ok(), "{r}");
+    }
+
+    #[test]
+    fn sp_mv_forward_matches_dense() {
+        let s = structure();
+        let (x, w) = (test_tensor(&[4], 1), test_tensor(&[s.nnz()], 2));
+        let y = etp_sp_mv(&x, &w, None, s.clone(), false, None, None).unwrap();
+        let mut dense = vec![0.0; 12];
+        for (p, (r, c)) in s.rows().iter().zip(&s.indices).enumerate() {
+            dense[r * 3 + c] = w.to_vec_f64().unwrap()[p];
+        }
+        let want = x
+            .matmul(&Tensor::from_vec(dense, &[4, 3]).unwrap())
+            .unwrap();
+        assert_eq!(y.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    }
+
+    #[test]
+    fn csr_structure_is_validated() {
+        assert!(CsrStructure::new((2, 2), vec![0, 1], vec![0]).is_err());
+        assert!(CsrStructure::new((2, 2), vec![0, 1, 2], vec![0, 5]).is_err());
+        assert!(CsrStructure::new((2, 2), vec![0, 1, 2], vec![0, 1]).is_ok());
+    }
 }

@@ -1,12 +1,13 @@
 //! User-facing ops: they pick the batched or unbatched built-in from `x`'s
-//! rank and build the params.
+//! rank.
 
-use super::register::{
-    etp_conv, etp_elemwise, etp_lora_mm, etp_lora_mv, etp_mm, etp_mv, etp_sp_mm, etp_sp_mv,
-};
-use super::sparse::CsrStructure;
+use super::conv::etp_conv;
+use super::dense::{etp_mm, etp_mv};
+use super::elemwise::etp_elemwise;
+use super::lora::{etp_lora_mm, etp_lora_mv};
+use super::sparse::{etp_sp_mm, etp_sp_mv, CsrStructure};
 use crate::error::{Error, Result};
-use crate::etp::{ElemFn, EtpPrimitive, ParamType, ParamValue, Params};
+use crate::etp::{ElemFn, ParamType, ParamValue, Params};
 use crate::ops::{ConvPadding, ConvParams};
 use crate::tensor::Tensor;
 
@@ -26,33 +27,20 @@ pub struct Transforms {
     pub a_fn: Option<ElemFn>,
 }
 
-type PrimFn = fn() -> EtpPrimitive;
-
-fn pick(
-    op: &str,
-    x: &Tensor,
-    ranks: (usize, usize),
-    prims: (PrimFn, PrimFn),
-) -> Result<EtpPrimitive> {
+/// Whether `x` is the unbatched (`Ok(false)`) or batched (`Ok(true)`) form.
+fn batched(op: &str, x: &Tensor, unbatched_rank: usize) -> Result<bool> {
     match x.ndim() {
-        r if r == ranks.0 => Ok(prims.0()),
-        r if r == ranks.1 => Ok(prims.1()),
+        r if r == unbatched_rank => Ok(false),
+        r if r == unbatched_rank + 1 => Ok(true),
         _ => Err(Error::shape(
             op,
             format!("x {:?}", x.shape()),
             format!(
-                "x must have rank {} (unbatched) or {} (batched)",
-                ranks.0, ranks.1
+                "x must have rank {unbatched_rank} (unbatched) or {} (batched)",
+                unbatched_rank + 1
             ),
         )),
     }
-}
-
-fn operands(x: &Tensor, ws: &[&Tensor], bias: Option<&Tensor>) -> Vec<Tensor> {
-    let mut v = vec![x.clone()];
-    v.extend(ws.iter().map(|w| (*w).clone()));
-    v.extend(bias.cloned());
-    v
 }
 
 /// `x @ f(W) (+ g(b))` through `etp_mv` (x `(I,)`) or `etp_mm` (x `(B, I)`).
@@ -69,12 +57,12 @@ pub fn matmul(
     bias: Option<&Tensor>,
     t: &Transforms,
 ) -> Result<Tensor> {
-    let p = pick("matmul", x, (1, 2), (etp_mv, etp_mm))?;
-    let params = Params::new()
-        .with("has_bias", bias.is_some())
-        .with("weight_fn", t.weight_fn.clone())
-        .with("bias_fn", t.bias_fn.clone());
-    p.bind(&operands(x, &[weight], bias), &params)
+    let (wf, bf) = (t.weight_fn.clone(), t.bias_fn.clone());
+    if batched("matmul", x, 1)? {
+        etp_mm(x, weight, bias, bias.is_some(), wf, bf)
+    } else {
+        etp_mv(x, weight, bias, bias.is_some(), wf, bf)
+    }
 }
 
 /// Sparse `x @ M(f(w)) (+ g(b))` through `etp_sp_mv` / `etp_sp_mm`.
@@ -85,13 +73,12 @@ pub fn sparse_matmul(
     bias: Option<&Tensor>,
     t: &Transforms,
 ) -> Result<Tensor> {
-    let p = pick("sparse_matmul", x, (1, 2), (etp_sp_mv, etp_sp_mm))?;
-    let params = Params::new()
-        .with("sparse_mat", structure.clone())
-        .with("has_bias", bias.is_some())
-        .with("weight_fn", t.weight_fn.clone())
-        .with("bias_fn", t.bias_fn.clone());
-    p.bind(&operands(x, &[values], bias), &params)
+    let (s, wf, bf) = (structure.clone(), t.weight_fn.clone(), t.bias_fn.clone());
+    if batched("sparse_matmul", x, 1)? {
+        etp_sp_mm(x, values, bias, s, bias.is_some(), wf, bf)
+    } else {
+        etp_sp_mv(x, values, bias, s, bias.is_some(), wf, bf)
+    }
 }
 
 /// LoRA `α x @ b_fn(B) @ a_fn(A) (+ bias_fn(b))` through `etp_lora_mv` / `etp_lora_mm`.
@@ -103,51 +90,74 @@ pub fn lora_matmul(
     bias: Option<&Tensor>,
     t: &Transforms,
 ) -> Result<Tensor> {
-    let p = pick("lora_matmul", x, (1, 2), (etp_lora_mv, etp_lora_mm))?;
     let rank = lora_b.shape().last().copied().unwrap_or(0);
-    let params = Params::new()
-        .with("alpha", alpha)
-        .with("rank", rank)
-        .with("has_bias", bias.is_some())
-        .with("b_fn", t.b_fn.clone())
-        .with("a_fn", t.a_fn.clone())
-        .with("bias_fn", t.bias_fn.clone());
-    p.bind(&operands(x, &[lora_b, lora_a], bias), &params)
+    let (b_fn, a_fn, bias_fn) = (t.b_fn.clone(), t.a_fn.clone(), t.bias_fn.clone());
+    if batched("lora_matmul", x, 1)? {
+        etp_lora_mm(
+            x,
+            lora_b,
+            lora_a,
+            bias,
+            alpha,
+            rank,
+            bias.is_some(),
+            b_fn,
+            a_fn,
+            bias_fn,
+        )
+    } else {
+        etp_lora_mv(
+            x,
+            lora_b,
+            lora_a,
+            bias,
+            alpha,
+            rank,
+            bias.is_some(),
+            b_fn,
+            a_fn,
+            bias_fn,
+        )
+    }
 }
 
 /// `y = f(w)` through `etp_elemwise` (identity when `weight_fn` is `None`).
 pub fn element_wise(weight: &Tensor, weight_fn: Option<ElemFn>) -> Result<Tensor> {
-    etp_elemwise().bind(
-        std::slice::from_ref(weight),
-        &Params::new().with("weight_fn", weight_fn),
-    )
+    etp_elemwise(weight, weight_fn)
 }
 
-/// The params map of an `etp_conv` equation.
-pub fn conv_params(c: &ConvParams, has_bias: bool, t: &Transforms) -> Params {
+/// The typed params of an `etp_conv` equation for these conv settings.
+pub fn conv_typed_params(
+    c: &ConvParams,
+    has_bias: bool,
+    t: &Transforms,
+) -> super::conv::etp_conv::Params {
     let padding = match &c.padding {
         ConvPadding::Same => ParamValue::Str("SAME".into()),
         ConvPadding::Valid => ParamValue::Str("VALID".into()),
         ConvPadding::Explicit(v) => v.to_param(),
     };
     let opt = |v: &Vec<usize>| if v.is_empty() { None } else { Some(v.clone()) };
-    let mut p = Params::new()
-        .with("has_bias", has_bias)
-        .with("strides", c.strides.clone())
-        .with("lhs_dilation", opt(&c.lhs_dilation))
-        .with("rhs_dilation", opt(&c.rhs_dilation))
-        .with("feature_group_count", c.feature_group_count)
-        .with("batch_group_count", 1usize)
-        .with(
-            "dimension_numbers",
-            c.dimension_numbers
-                .as_ref()
-                .map(|d| vec![d.lhs.clone(), d.rhs.clone(), d.out.clone()]),
-        )
-        .with("kernel_fn", t.weight_fn.clone())
-        .with("bias_fn", t.bias_fn.clone());
-    p.insert("padding", padding);
-    p
+    super::conv::etp_conv::Params {
+        has_bias,
+        strides: Some(c.strides.clone()),
+        padding,
+        lhs_dilation: opt(&c.lhs_dilation),
+        rhs_dilation: opt(&c.rhs_dilation),
+        feature_group_count: c.feature_group_count,
+        batch_group_count: 1,
+        dimension_numbers: c
+            .dimension_numbers
+            .as_ref()
+            .map(|d| vec![d.lhs.clone(), d.rhs.clone(), d.out.clone()]),
+        kernel_fn: t.weight_fn.clone(),
+        bias_fn: t.bias_fn.clone(),
+    }
+}
+
+/// The params map of an `etp_conv` equation (for `bind` and the rules).
+pub fn conv_params(c: &ConvParams, has_bias: bool, t: &Transforms) -> Params {
+    conv_typed_params(c, has_bias, t).to_params()
 }
 
 /// Convolution through `etp_conv`; `x` must carry the batch axis
@@ -170,8 +180,20 @@ pub fn conv(
             ),
         ));
     }
-    etp_conv().bind(
-        &operands(x, &[kernel], bias),
-        &conv_params(c, bias.is_some(), t),
+    let p = conv_typed_params(c, bias.is_some(), t);
+    etp_conv(
+        x,
+        kernel,
+        bias,
+        p.has_bias,
+        p.strides,
+        p.padding,
+        p.lhs_dilation,
+        p.rhs_dilation,
+        p.feature_group_count,
+        p.batch_group_count,
+        p.dimension_numbers,
+        p.kernel_fn,
+        p.bias_fn,
     )
 }
