@@ -91,34 +91,48 @@ fn dense_dw(
         .collect()
 }
 
-#[yw_to_w(etp_mm)]
-fn mm_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
-    spread_over_outputs(hidden, trace)
-}
+/// The companion rules of a dense primitive (`etp_mm` and `etp_mv` share them).
+macro_rules! dense_rules {
+    ($module:ident, $prim:ident) => {
+        mod $module {
+            use super::*;
 
-#[yw_to_w(etp_mv)]
-fn mv_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
-    spread_over_outputs(hidden, trace)
-}
+            #[yw_to_w(super::$prim)]
+            fn yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+                spread_over_outputs(hidden, trace)
+            }
 
-#[xy_to_dw(etp_mm)]
-fn mm_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_mm::Params,
-) -> Result<TensorMap> {
-    dense_dw(x, hidden, ws, &p.weight_fn, &p.bias_fn)
-}
+            #[xy_to_dw(super::$prim)]
+            fn xy_to_dw(
+                x: &Tensor,
+                hidden: &Tensor,
+                ws: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                dense_dw(x, hidden, ws, &p.weight_fn, &p.bias_fn)
+            }
 
-#[xy_to_dw(etp_mv)]
-fn mv_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_mv::Params,
-) -> Result<TensorMap> {
-    dense_dw(x, hidden, ws, &p.weight_fn, &p.bias_fn)
+            #[init_drtrl(super::$prim)]
+            fn init_drtrl(
+                x: &Aval,
+                y: &Aval,
+                ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<TensorMap> {
+                Ok(dense_trace(Some(x), y, ws, num_hidden_state))
+            }
+
+            #[init_pp(super::$prim)]
+            fn init_pp(
+                _x: &Aval,
+                y: &Aval,
+                _ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<Tensor> {
+                Ok(y_trace(y, num_hidden_state))
+            }
+        }
+    };
 }
 
 // ---------------------------------------------------------------- initialisers
@@ -144,25 +158,8 @@ pub(crate) fn y_trace(y: &Aval, s: usize) -> Tensor {
     Tensor::zeros(&with_state(y.shape(), s), y.dtype())
 }
 
-#[init_drtrl(etp_mm)]
-fn mm_init_drtrl(x: &Aval, y: &Aval, ws: &AvalMap, num_hidden_state: usize) -> Result<TensorMap> {
-    Ok(dense_trace(Some(x), y, ws, num_hidden_state))
-}
-
-#[init_drtrl(etp_mv)]
-fn mv_init_drtrl(x: &Aval, y: &Aval, ws: &AvalMap, num_hidden_state: usize) -> Result<TensorMap> {
-    Ok(dense_trace(Some(x), y, ws, num_hidden_state))
-}
-
-#[init_pp(etp_mm)]
-fn mm_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
-
-#[init_pp(etp_mv)]
-fn mv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
+dense_rules!(mm_rules, etp_mm);
+dense_rules!(mv_rules, etp_mv);
 
 // ---------------------------------------------------------------- tests
 

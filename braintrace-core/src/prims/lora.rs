@@ -201,76 +201,6 @@ fn lora_solve(
     Ok(out)
 }
 
-#[yw_to_w(etp_lora_mm)]
-fn lora_mm_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
-    spread_over_outputs(hidden, trace)
-}
-
-#[yw_to_w(etp_lora_mv)]
-fn lora_mv_yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
-    spread_over_outputs(hidden, trace)
-}
-
-#[xy_to_dw(etp_lora_mm)]
-fn lora_mm_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_lora_mm::Params,
-) -> Result<TensorMap> {
-    lora_dw("etp_lora_mm", x, hidden, ws, lora_of!(p))
-}
-
-#[xy_to_dw(etp_lora_mv)]
-fn lora_mv_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_lora_mv::Params,
-) -> Result<TensorMap> {
-    lora_dw("etp_lora_mv", x, hidden, ws, lora_of!(p))
-}
-
-#[instant_drtrl(etp_lora_mm)]
-fn lora_mm_instant(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_lora_mm::Params,
-) -> Result<TensorMap> {
-    lora_instant("etp_lora_mm", x, hidden, ws, lora_of!(p))
-}
-
-#[instant_drtrl(etp_lora_mv)]
-fn lora_mv_instant(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_lora_mv::Params,
-) -> Result<TensorMap> {
-    lora_instant("etp_lora_mv", x, hidden, ws, lora_of!(p))
-}
-
-#[solve_drtrl(etp_lora_mm)]
-fn lora_mm_solve(
-    g: &Tensor,
-    trace: &TensorMap,
-    ws: &TensorMap,
-    p: &etp_lora_mm::Params,
-) -> Result<TensorMap> {
-    lora_solve("etp_lora_mm", g, trace, ws, lora_of!(p))
-}
-
-#[solve_drtrl(etp_lora_mv)]
-fn lora_mv_solve(
-    g: &Tensor,
-    trace: &TensorMap,
-    ws: &TensorMap,
-    p: &etp_lora_mv::Params,
-) -> Result<TensorMap> {
-    lora_solve("etp_lora_mv", g, trace, ws, lora_of!(p))
-}
-
 // ---------------------------------------------------------------- initialisers
 
 /// `{lora_b (B?, I, O, S), lora_a (B?, r, O, S), bias (B?, O, S)}`.
@@ -290,35 +220,72 @@ fn lora_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
         .collect()
 }
 
-#[init_drtrl(etp_lora_mm)]
-fn lora_mm_init_drtrl(
-    x: &Aval,
-    y: &Aval,
-    ws: &AvalMap,
-    num_hidden_state: usize,
-) -> Result<TensorMap> {
-    Ok(lora_trace(x, y, ws, num_hidden_state))
+/// The companion rules of a LoRA primitive (`etp_lora_mm` and `etp_lora_mv` share them).
+macro_rules! lora_rules {
+    ($module:ident, $prim:ident) => {
+        mod $module {
+            use super::*;
+
+            #[yw_to_w(super::$prim)]
+            fn yw_to_w(hidden: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+                spread_over_outputs(hidden, trace)
+            }
+
+            #[xy_to_dw(super::$prim)]
+            fn xy_to_dw(
+                x: &Tensor,
+                hidden: &Tensor,
+                ws: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                lora_dw(stringify!($prim), x, hidden, ws, lora_of!(p))
+            }
+
+            #[instant_drtrl(super::$prim)]
+            fn instant_drtrl(
+                x: &Tensor,
+                hidden: &Tensor,
+                ws: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                lora_instant(stringify!($prim), x, hidden, ws, lora_of!(p))
+            }
+
+            #[solve_drtrl(super::$prim)]
+            fn solve_drtrl(
+                g: &Tensor,
+                trace: &TensorMap,
+                ws: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                lora_solve(stringify!($prim), g, trace, ws, lora_of!(p))
+            }
+
+            #[init_drtrl(super::$prim)]
+            fn init_drtrl(
+                x: &Aval,
+                y: &Aval,
+                ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<TensorMap> {
+                Ok(lora_trace(x, y, ws, num_hidden_state))
+            }
+
+            #[init_pp(super::$prim)]
+            fn init_pp(
+                _x: &Aval,
+                y: &Aval,
+                _ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<Tensor> {
+                Ok(y_trace(y, num_hidden_state))
+            }
+        }
+    };
 }
 
-#[init_drtrl(etp_lora_mv)]
-fn lora_mv_init_drtrl(
-    x: &Aval,
-    y: &Aval,
-    ws: &AvalMap,
-    num_hidden_state: usize,
-) -> Result<TensorMap> {
-    Ok(lora_trace(x, y, ws, num_hidden_state))
-}
-
-#[init_pp(etp_lora_mm)]
-fn lora_mm_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
-
-#[init_pp(etp_lora_mv)]
-fn lora_mv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
+lora_rules!(lora_mm_rules, etp_lora_mm);
+lora_rules!(lora_mv_rules, etp_lora_mv);
 
 // ---------------------------------------------------------------- tests
 

@@ -267,36 +267,6 @@ fn sparse_dw(
         .collect()
 }
 
-#[yw_to_w(etp_sp_mm)]
-fn sp_mm_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_sp_mm::Params) -> Result<TensorMap> {
-    sparse_spread(&p.sparse_mat, hidden, trace)
-}
-
-#[yw_to_w(etp_sp_mv)]
-fn sp_mv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_sp_mv::Params) -> Result<TensorMap> {
-    sparse_spread(&p.sparse_mat, hidden, trace)
-}
-
-#[xy_to_dw(etp_sp_mm)]
-fn sp_mm_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_sp_mm::Params,
-) -> Result<TensorMap> {
-    sparse_dw(&p.sparse_mat, x, hidden, ws, &p.weight_fn, &p.bias_fn)
-}
-
-#[xy_to_dw(etp_sp_mv)]
-fn sp_mv_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_sp_mv::Params,
-) -> Result<TensorMap> {
-    sparse_dw(&p.sparse_mat, x, hidden, ws, &p.weight_fn, &p.bias_fn)
-}
-
 // ---------------------------------------------------------------- initialisers
 
 /// `{weight (B?, nnz, S), bias (B?, O, S)}`.
@@ -315,35 +285,56 @@ fn sparse_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
         .collect()
 }
 
-#[init_drtrl(etp_sp_mm)]
-fn sp_mm_init_drtrl(
-    x: &Aval,
-    y: &Aval,
-    ws: &AvalMap,
-    num_hidden_state: usize,
-) -> Result<TensorMap> {
-    Ok(sparse_trace(x, y, ws, num_hidden_state))
+/// The companion rules of a sparse primitive (`etp_sp_mm` and `etp_sp_mv` share them).
+macro_rules! sparse_rules {
+    ($module:ident, $prim:ident) => {
+        mod $module {
+            use super::*;
+
+            #[yw_to_w(super::$prim)]
+            fn yw_to_w(
+                hidden: &Tensor,
+                trace: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                sparse_spread(&p.sparse_mat, hidden, trace)
+            }
+
+            #[xy_to_dw(super::$prim)]
+            fn xy_to_dw(
+                x: &Tensor,
+                hidden: &Tensor,
+                ws: &TensorMap,
+                p: &super::$prim::Params,
+            ) -> Result<TensorMap> {
+                sparse_dw(&p.sparse_mat, x, hidden, ws, &p.weight_fn, &p.bias_fn)
+            }
+
+            #[init_drtrl(super::$prim)]
+            fn init_drtrl(
+                x: &Aval,
+                y: &Aval,
+                ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<TensorMap> {
+                Ok(sparse_trace(x, y, ws, num_hidden_state))
+            }
+
+            #[init_pp(super::$prim)]
+            fn init_pp(
+                _x: &Aval,
+                y: &Aval,
+                _ws: &AvalMap,
+                num_hidden_state: usize,
+            ) -> Result<Tensor> {
+                Ok(y_trace(y, num_hidden_state))
+            }
+        }
+    };
 }
 
-#[init_drtrl(etp_sp_mv)]
-fn sp_mv_init_drtrl(
-    x: &Aval,
-    y: &Aval,
-    ws: &AvalMap,
-    num_hidden_state: usize,
-) -> Result<TensorMap> {
-    Ok(sparse_trace(x, y, ws, num_hidden_state))
-}
-
-#[init_pp(etp_sp_mm)]
-fn sp_mm_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
-
-#[init_pp(etp_sp_mv)]
-fn sp_mv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
-}
+sparse_rules!(sp_mm_rules, etp_sp_mm);
+sparse_rules!(sp_mv_rules, etp_sp_mv);
 
 // ---------------------------------------------------------------- tests
 
