@@ -121,7 +121,7 @@ pub enum Error {
     },
 }
 
-/// `Result` with the library's [`Error`].
+/// `Result` with the library's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

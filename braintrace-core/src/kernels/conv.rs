@@ -422,7 +422,7 @@ fn shape_err<E: std::fmt::Display>(e: E) -> String {
     format!("conv: internal shape error: {e}")
 }
 
-/// Forward convolution: y[n,o,p] = Σ_{c in group(o), u} xpad[n, c, p*stride + u*rhs_dil] * k[o, c - group_start, u].
+/// Forward convolution: `y[n,o,p] = Σ_{c in group(o), u} xpad[n, c, p*stride + u*rhs_dil] * k[o, c - group_start, u]`.
 pub fn conv_forward<T>(
     x: &ArrayViewD<T>,
     k: &ArrayViewD<T>,

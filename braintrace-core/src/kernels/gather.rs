@@ -35,7 +35,7 @@ fn taken_shape(shape: &[usize], idx_shape: &[usize], axis: usize) -> Vec<usize> 
 }
 
 /// out = x taken along `axis` at `indices` (numpy take): out.shape = x.shape[..axis] ++ indices.shape ++ x.shape[axis+1..].
-/// Indices are i64; an index out of [0, x.shape[axis]) is an Err naming the index and the bound (negative indices are NOT wrapped).
+/// Indices are i64; an index outside `[0, x.shape[axis])` is an Err naming the index and the bound (negative indices are NOT wrapped).
 pub fn take<T: Clone + Zero>(
     x: &ArrayViewD<T>,
     indices: &ArrayViewD<i64>,
