@@ -7,23 +7,45 @@
 //! `instant_drtrl`, `solve_drtrl`, the initialisers' shapes/dtypes/zeros, the
 //! state-vmapped `yw_to_w` and the instantaneous D-RTRL term, to 1e-10
 //! relative. `e2e__*` files are listed as deferred. All failures of all files
-//! are collected and reported together at the end.
+//! are collected and reported together at the end. A second test runs the
+//! same harness over `tests/golden_extra` (variant set B, recorded from the
+//! reference library by `scripts/golden_gen/generate.py`).
 
 mod golden_support;
 
 use golden_support::{check_case_str, check_folder, golden_dir, registry_lookup, CaseReport};
+use std::path::Path;
 
 #[test]
 fn golden_cases() {
     let dir = golden_dir().unwrap_or_else(|e| panic!("golden: {e}"));
-    println!("golden: folder {}", dir.display());
-    let rep = check_folder(&dir, &registry_lookup);
+    run_golden_folder("golden", &dir);
+}
+
+/// The second set (variant set B), recorded from the reference library by
+/// `scripts/golden_gen/generate.py` into `tests/golden_extra` (other shapes,
+/// seeds and variants than the shared set); always checked, whatever
+/// `BRAINTRACE_GOLDEN_DIR` says.
+#[test]
+fn golden_extra_cases() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden_extra");
+    assert!(dir.is_dir(), "golden extra: no folder {}", dir.display());
+    run_golden_folder("golden extra", &dir);
+}
+
+/// Check every case of `dir`, print a summary line per case and
+/// `<label>: N cases checked`, and panic with all failures.
+fn run_golden_folder(label: &str, dir: &Path) {
+    println!("{label}: folder {}", dir.display());
+    let rep = check_folder(dir, &registry_lookup);
     for c in &rep.cases {
         println!("{}", c.summary());
     }
-    println!("golden: {} cases checked", rep.cases.len());
+    println!("{label}: {} cases checked", rep.cases.len());
     println!(
-        "golden: {} e2e cases deferred: {}",
+        "{label}: {} e2e cases deferred: {}",
         rep.deferred.len(),
         rep.deferred.join(", ")
     );
@@ -36,7 +58,7 @@ fn golden_cases() {
     if !failures.is_empty() {
         let failed_cases = rep.cases.iter().filter(|c| !c.failures.is_empty()).count();
         panic!(
-            "golden: {} failures in {} of {} cases:\n  {}",
+            "{label}: {} failures in {} of {} cases:\n  {}",
             failures.len(),
             failed_cases,
             rep.cases.len(),
