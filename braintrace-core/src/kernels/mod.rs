@@ -1,4 +1,5 @@
 //! Plain ndarray kernels used by the core ops' eval rules.
 
 pub mod conv;
+pub mod fastmath;
 pub mod gather;

@@ -162,6 +162,18 @@ fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
     )
 }
 
+/// f32 uses the vectorisable `exp`/`sigmoid`/`tanh` of
+/// [`crate::kernels::fastmath`] (a few ulp); everything else as [`map_unary`].
+fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
+    use crate::kernels::fastmath::{exp_f32, sigmoid_f32, tanh_f32};
+    match op {
+        UnaryOp::Exp => a.mapv(exp_f32),
+        UnaryOp::Sigmoid => a.mapv(sigmoid_f32),
+        UnaryOp::Tanh => a.mapv(tanh_f32),
+        _ => map_unary(op, a),
+    }
+}
+
 /// A unary element-wise op.
 #[derive(Clone, Debug)]
 pub struct Unary(pub UnaryOp);
@@ -178,9 +190,10 @@ impl Primitive for Unary {
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         super::check_arity(&self.name(), inputs, 1)?;
         let op = self.0;
-        let d = map_float!(inputs[0].data_for(op.name())?, op.name(), |a| map_unary(
-            op, a
-        ))?;
+        let d = match inputs[0].data_for(op.name())? {
+            ArrayData::F32(a) => ArrayData::F32(map_unary_f32(op, a)),
+            other => map_float!(other, op.name(), |a| map_unary(op, a))?,
+        };
         Ok(vec![Tensor::from_data(d)])
     }
     fn jvp(
