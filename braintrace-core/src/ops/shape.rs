@@ -146,11 +146,12 @@ impl Primitive for Transpose {
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.abstract_eval(&avals_of(inputs))?;
+        // Only the strides are permuted (plus a buffer copy): every kernel
+        // accepts non-standard layouts, and matmul reads transposed operands
+        // directly, so a gather into standard order here would be wasted.
         let d = map_any!(inputs[0].data_for("transpose")?, |a| a
             .clone()
-            .permuted_axes(IxDyn(&self.perm))
-            .as_standard_layout()
-            .into_owned());
+            .permuted_axes(IxDyn(&self.perm)));
         Ok(vec![Tensor::from_data(d)])
     }
     fn jvp(
