@@ -1139,3 +1139,17 @@ fn scalar_op_derivatives_at_degenerate_parameters() {
     let g = grad(|a: &[Tensor]| a[0].pow_scalar(2.0)?.sum_all())(std::slice::from_ref(&x)).unwrap();
     assert_tensor("d(x^2)", &g[0], &[3], &[0.0, 1.0, -4.0]);
 }
+
+#[test]
+fn maximum_and_minimum_split_the_gradient_at_ties() {
+    let a = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]).unwrap();
+    let b = Tensor::from_vec(vec![1.0, 5.0, 0.0], &[3]).unwrap();
+    let g =
+        braintrace::grad(|x: &[Tensor]| x[0].maximum(&x[1])?.sum_all())(&[a.clone(), b.clone()])
+            .unwrap();
+    assert_eq!(g[0].to_vec_f64().unwrap(), vec![0.5, 0.0, 1.0]);
+    assert_eq!(g[1].to_vec_f64().unwrap(), vec![0.5, 1.0, 0.0]);
+    let g = braintrace::grad(|x: &[Tensor]| x[0].minimum(&x[1])?.sum_all())(&[a, b]).unwrap();
+    assert_eq!(g[0].to_vec_f64().unwrap(), vec![0.5, 1.0, 0.0]);
+    assert_eq!(g[1].to_vec_f64().unwrap(), vec![0.5, 0.0, 1.0]);
+}

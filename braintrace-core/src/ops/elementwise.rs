@@ -424,19 +424,21 @@ impl Primitive for Binary {
                 add_opt(l, r)?
             }
             BinaryOp::Max | BinaryOp::Min => {
-                let pick_a = if self.0 == BinaryOp::Max {
-                    a.ge(b)?
+                // The winner takes the tangent; exact ties split it evenly, as JAX does.
+                let wins = if self.0 == BinaryOp::Max {
+                    a.gt(b)?
                 } else {
-                    a.le(b)?
+                    a.lt(b)?
                 };
-                match (ta, tb) {
-                    (None, None) => None,
-                    _ => {
-                        let ta = ta.clone().unwrap_or_else(|| a.zeros_like());
-                        let tb = tb.clone().unwrap_or_else(|| b.zeros_like());
-                        Some(select(&pick_a, &ta, &tb)?)
-                    }
-                }
+                let ties = a.eq_elem(b)?;
+                let dtype = a.dtype();
+                let w_a = wins.cast(dtype)?.add(&ties.cast(dtype)?.mul_scalar(0.5)?)?;
+                let l = ta.as_ref().map(|t| t.mul(&w_a)).transpose()?;
+                let r = tb
+                    .as_ref()
+                    .map(|t| t.mul(&w_a.rsub_scalar(1.0)?))
+                    .transpose()?;
+                add_opt(l, r)?
             }
             BinaryOp::Pow => {
                 let l = ta
