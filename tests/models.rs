@@ -303,17 +303,13 @@ fn surrogate_grad(u: &Tensor) -> Result<Tensor> {
     u.mul_scalar(PI)?.square()?.add_scalar(1.0)?.reciprocal()
 }
 
-/// Heaviside spike with the arctan surrogate gradient.
-///
-/// The core has no `atan` op, so the antiderivative `atan(π u)/π` cannot be
-/// written with `Tensor` ops. Instead `s(u) = u · stop_gradient(g(u))`
-/// with `g` the surrogate: its first derivative is exactly `g(u)`. Then
-/// `step(u) + (s(u) − stop_gradient(s(u)))` equals `step(u)` bit for bit in
-/// the forward pass (x − x = 0) and has derivative `g(u)`. (Only
-/// first-order derivatives are those of the arctan surrogate; the second
-/// derivative through the spike is zero.)
+/// Heaviside spike with the arctan surrogate gradient, as braintrace has it:
+/// with `s(u) = atan(π u) / π`, `step(u) + (s(u) − stop_gradient(s(u)))`
+/// equals `step(u)` bit for bit in the forward pass (x − x = 0) and has the
+/// derivative `s'(u) = 1 / (1 + (π u)²)` (to every order, since `s` is
+/// differentiated as written).
 fn spike(u: &Tensor) -> Result<Tensor> {
-    let s = u.mul(&surrogate_grad(u)?.stop_gradient()?)?;
+    let s = u.mul_scalar(PI)?.atan()?.mul_scalar(1.0 / PI)?;
     u.step()?.add(&s.sub(&s.stop_gradient()?)?)
 }
 
@@ -394,7 +390,7 @@ fn lif_graph_is_readable() {
             "mul_scalar",
             "step",
             "stop_gradient",
-            "reciprocal",
+            "atan",
             "sub",
         ],
         &["f64[3]", "f64[6]", "f64[3,6]"],
