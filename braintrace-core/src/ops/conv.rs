@@ -22,7 +22,6 @@
 //! padding and defaults, and binds [`Conv`] on canonical operands.
 
 use super::check_arity;
-use super::elementwise::add_opt;
 use super::shape::broadcast_in_dim;
 use crate::error::{Error, Result};
 use crate::graph::{bind1, LinearArg, Primitive};
@@ -317,10 +316,7 @@ impl Primitive for Conv {
         t: &[Option<Tensor>],
     ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
         let g = &self.geometry;
-        let y = conv_raw(&p[0], &p[1], g)?;
-        let a = t[0].as_ref().map(|t| conv_raw(t, &p[1], g)).transpose()?;
-        let b = t[1].as_ref().map(|t| conv_raw(&p[0], t, g)).transpose()?;
-        Ok((vec![y], vec![add_opt(a, b)?]))
+        super::bilinear_jvp(p, t, |a, b| conv_raw(a, b, g))
     }
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
         check_arity("conv", args, 2)?;
@@ -459,16 +455,7 @@ impl Primitive for ConvTransposeLhs {
         t: &[Option<Tensor>],
     ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
         let (g, s) = (&self.geometry, &self.lhs_spatial);
-        let y = conv_transpose_lhs_raw(&p[0], &p[1], g, s)?;
-        let a = t[0]
-            .as_ref()
-            .map(|t| conv_transpose_lhs_raw(t, &p[1], g, s))
-            .transpose()?;
-        let b = t[1]
-            .as_ref()
-            .map(|t| conv_transpose_lhs_raw(&p[0], t, g, s))
-            .transpose()?;
-        Ok((vec![y], vec![add_opt(a, b)?]))
+        super::bilinear_jvp(p, t, |a, b| conv_transpose_lhs_raw(a, b, g, s))
     }
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
         let op = "conv_transpose_lhs";
@@ -609,16 +596,7 @@ impl Primitive for ConvTransposeRhs {
         t: &[Option<Tensor>],
     ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
         let (g, s) = (&self.geometry, &self.rhs_spatial);
-        let y = conv_transpose_rhs_raw(&p[0], &p[1], g, s)?;
-        let a = t[0]
-            .as_ref()
-            .map(|t| conv_transpose_rhs_raw(t, &p[1], g, s))
-            .transpose()?;
-        let b = t[1]
-            .as_ref()
-            .map(|t| conv_transpose_rhs_raw(&p[0], t, g, s))
-            .transpose()?;
-        Ok((vec![y], vec![add_opt(a, b)?]))
+        super::bilinear_jvp(p, t, |a, b| conv_transpose_rhs_raw(a, b, g, s))
     }
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
         let op = "conv_transpose_rhs";

@@ -94,10 +94,7 @@ impl Primitive for Matmul {
         p: &[Tensor],
         t: &[Option<Tensor>],
     ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
-        let y = matmul_raw(&p[0], &p[1])?;
-        let l = t[0].as_ref().map(|t| matmul_raw(t, &p[1])).transpose()?;
-        let r = t[1].as_ref().map(|t| matmul_raw(&p[0], t)).transpose()?;
-        Ok((vec![y], vec![super::elementwise::add_opt(l, r)?]))
+        super::bilinear_jvp(p, t, matmul_raw)
     }
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Vec<Option<Tensor>>> {
         let Some(ct) = &cts[0] else {

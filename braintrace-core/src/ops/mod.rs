@@ -98,6 +98,19 @@ pub(crate) fn zeros_for(x: &Tensor) -> Tensor {
     x.zeros_like()
 }
 
+/// The JVP of a bilinear op `f(a, b)`: `f(ta, b) + f(a, tb)` (matmul and
+/// the convolutions).
+pub(crate) fn bilinear_jvp(
+    p: &[Tensor],
+    t: &[Option<Tensor>],
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+    let y = f(&p[0], &p[1])?;
+    let a = t[0].as_ref().map(|t| f(t, &p[1])).transpose()?;
+    let b = t[1].as_ref().map(|t| f(&p[0], t)).transpose()?;
+    Ok((vec![y], vec![elementwise::add_opt(a, b)?]))
+}
+
 /// A batching rule for any primitive: apply it to each slice of the batch
 /// and stack the results. Correct for every op; ops with a vectorised rule
 /// use this only for the rare operand combinations they do not cover.
