@@ -1153,3 +1153,14 @@ fn maximum_and_minimum_split_the_gradient_at_ties() {
     assert_eq!(g[0].to_vec_f64().unwrap(), vec![0.5, 1.0, 0.0]);
     assert_eq!(g[1].to_vec_f64().unwrap(), vec![0.5, 0.0, 1.0]);
 }
+
+#[test]
+fn transposed_data_reads_back_in_row_major_order() {
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let t = x.transpose(&[1, 0]).unwrap();
+    assert_eq!(t.to_vec_f64().unwrap(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    let a = t.to_array_f64().unwrap();
+    assert!(a.is_standard_layout());
+    assert_eq!(a.as_slice().unwrap(), &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert!(t.to_array_f32().unwrap().is_standard_layout());
+}

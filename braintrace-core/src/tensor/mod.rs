@@ -166,13 +166,20 @@ impl Tensor {
         Ok(self.data_for("Tensor::to_vec_f64")?.to_vec_f64())
     }
     /// The data as an `f64` ndarray (converted if needed).
+    ///
+    /// The array is in standard (row-major, contiguous) layout, whatever
+    /// layout the tensor holds internally (a transpose only permutes strides).
     pub fn to_array_f64(&self) -> Result<ArrayD<f64>> {
-        Ok(self.data_for("Tensor::to_array_f64")?.to_f64_array())
+        Ok(self
+            .data_for("Tensor::to_array_f64")?
+            .to_f64_array()
+            .as_standard_layout()
+            .into_owned())
     }
-    /// The data as an `f32` ndarray (converted if needed).
+    /// The data as an `f32` ndarray (converted if needed), in standard layout.
     pub fn to_array_f32(&self) -> Result<ArrayD<f32>> {
         match self.data_for("Tensor::to_array_f32")?.cast(DType::F32) {
-            ArrayData::F32(a) => Ok(a),
+            ArrayData::F32(a) => Ok(a.as_standard_layout().into_owned()),
             _ => unreachable!("cast to F32 yields F32"),
         }
     }
