@@ -411,26 +411,10 @@ impl Primitive for ConvTransposeLhs {
             self.lhs_spatial
         );
         check_ranks(op, &shapes, ct.shape(), k.shape())?;
-        if self.lhs_spatial.len() != ct.ndim() - 2 {
-            return Err(Error::shape(
-                op,
-                shapes,
-                format!(
-                    "lhs_spatial has length {} but there are {} spatial dims",
-                    self.lhs_spatial.len(),
-                    ct.ndim() - 2
-                ),
-            ));
-        }
+        check_spatial_len(op, &shapes, "lhs_spatial", &self.lhs_spatial, ct.ndim() - 2)?;
         let xs = self.x_shape(ct.shape(), k.shape());
         let y = conv_out_shape(op, &shapes, &xs, k.shape(), &self.geometry)?;
-        if y != ct.shape() {
-            return Err(Error::shape(
-                op,
-                shapes,
-                format!("the cotangent must have the conv output shape {y:?}"),
-            ));
-        }
+        check_cotangent_shape(op, &shapes, &y, ct.shape())?;
         Ok(vec![ct.with_shape(&xs)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -542,17 +526,7 @@ impl Primitive for ConvTransposeRhs {
             self.rhs_spatial
         );
         check_ranks(op, &shapes, x.shape(), ct.shape())?;
-        if self.rhs_spatial.len() != x.ndim() - 2 {
-            return Err(Error::shape(
-                op,
-                shapes,
-                format!(
-                    "rhs_spatial has length {} but there are {} spatial dims",
-                    self.rhs_spatial.len(),
-                    x.ndim() - 2
-                ),
-            ));
-        }
+        check_spatial_len(op, &shapes, "rhs_spatial", &self.rhs_spatial, x.ndim() - 2)?;
         let groups = self.geometry.feature_group_count.max(1);
         let c = x.shape()[1];
         if c % groups != 0 {
@@ -565,13 +539,7 @@ impl Primitive for ConvTransposeRhs {
         let mut ks = vec![ct.shape()[1], c / groups];
         ks.extend(&self.rhs_spatial);
         let y = conv_out_shape(op, &shapes, x.shape(), &ks, &self.geometry)?;
-        if y != ct.shape() {
-            return Err(Error::shape(
-                op,
-                shapes,
-                format!("the cotangent must have the conv output shape {y:?}"),
-            ));
-        }
+        check_cotangent_shape(op, &shapes, &y, ct.shape())?;
         Ok(vec![x.with_shape(&ks)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -869,6 +837,33 @@ pub(crate) fn layout_perms(
         perm(&rhs, &dn.rhs, "rhs", ('O', 'I'))?,
         perm(&out, &dn.out, "out", ('N', 'C'))?,
     ))
+}
+
+/// A transpose's stored spatial sizes must match the operands' spatial rank.
+fn check_spatial_len(op: &str, shapes: &str, name: &str, sizes: &[usize], d: usize) -> Result<()> {
+    if sizes.len() != d {
+        return Err(Error::shape(
+            op,
+            shapes,
+            format!(
+                "{name} has length {} but there are {d} spatial dims",
+                sizes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A transpose's cotangent must have the shape of the conv output `y`.
+fn check_cotangent_shape(op: &str, shapes: &str, y: &[usize], ct: &[usize]) -> Result<()> {
+    if y != ct {
+        return Err(Error::shape(
+            op,
+            shapes,
+            format!("the cotangent must have the conv output shape {y:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Per-axis list of length `d`, or all ones when empty.

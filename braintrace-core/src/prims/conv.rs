@@ -4,7 +4,7 @@
 //! (exact for a shared kernel), with `instant_drtrl` / `solve_drtrl`.
 //! In order: params, impl, rules, initialisers, tests.
 
-use super::common::{check_bias, trace_dtype, with_state};
+use super::common::{check_bias, leaf, trace_dtype, with_state};
 use super::dense::y_trace;
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, ParamValue, TensorMap};
@@ -250,59 +250,30 @@ fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<T
     times_derivative(&s.kernel_fn, k, &inst)
 }
 
-/// `instant_drtrl` (per sample): weight `(s.., <kernel>)`, bias `h ⊙ g'` per position.
-#[instant_drtrl(etp_conv)]
-fn conv_instant_drtrl(
+/// The shared shape of `instant_drtrl` and `xy_to_dw`: `kernel` computes
+/// the weight leaf from the setup, the batched `x` and `h`, the kernel and
+/// whether the call was batched; the bias leaf is `h ⊙ g'(b)` per position.
+fn weight_and_bias_terms(
     x: &Tensor,
     hidden: &Tensor,
     ws: &TensorMap,
     p: &etp_conv::Params,
+    kernel: impl Fn(&ConvSetup, Tensor, Tensor, &Tensor, bool) -> Result<Tensor>,
 ) -> Result<TensorMap> {
-    let w = ws
-        .get("weight")
-        .ok_or_else(|| Error::etp(OP, "rule instant_drtrl", "expected a `weight` entry"))?;
+    let w = leaf(ws, OP, "weight")?;
     let batched = x.ndim() == w.ndim();
     let s = setup(p, w.ndim())?;
-    let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
     let mut out = TensorMap::new();
-    for (k, w) in ws {
-        let v = if k == "bias" {
-            times_derivative(
-                &s.bias_fn,
-                &s.bias_shape(w, hidden.ndim(), batched)?,
-                hidden,
-            )?
-        } else {
-            drop_batch(instant_kernel(&s, &xb, &hb, w)?, batched)?
-        };
-        out.insert(k.clone(), v);
-    }
-    Ok(out)
-}
-
-/// `xy_to_dw`: kernel = VJP of `K -> conv(x, kernel_fn(K))` at `h` (sums over
-/// batch and positions); bias = `h ⊙ g'(b)` per position (not summed).
-#[xy_to_dw(etp_conv)]
-fn conv_xy_to_dw(
-    x: &Tensor,
-    hidden: &Tensor,
-    ws: &TensorMap,
-    p: &etp_conv::Params,
-) -> Result<TensorMap> {
-    let w = ws
-        .get("weight")
-        .ok_or_else(|| Error::etp(OP, "rule xy_to_dw", "expected a `weight` entry"))?;
-    let batched = x.ndim() == w.ndim();
-    let s = setup(p, w.ndim())?;
-    let (xb, hb) = (add_batch(x, batched)?, add_batch(hidden, batched)?);
-    let mut out = TensorMap::new();
-    let kf = s.kernel_fn.clone();
-    let conv = s.conv.clone();
-    let (_, pb) = vjp(
-        move |k: &[Tensor]| Ok(vec![conv_general(&xb, &apply_fn(&kf, &k[0])?, &conv)?]),
-        std::slice::from_ref(w),
-    )?;
-    out.insert("weight".into(), pb.apply(&[hb])?.remove(0));
+    out.insert(
+        "weight".into(),
+        kernel(
+            &s,
+            add_batch(x, batched)?,
+            add_batch(hidden, batched)?,
+            w,
+            batched,
+        )?,
+    );
     if let Some(b) = ws.get("bias") {
         out.insert(
             "bias".into(),
@@ -316,12 +287,42 @@ fn conv_xy_to_dw(
     Ok(out)
 }
 
+/// `instant_drtrl` (per sample): weight `(s.., <kernel>)`, bias `h ⊙ g'` per position.
+#[instant_drtrl(etp_conv)]
+fn conv_instant_drtrl(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_conv::Params,
+) -> Result<TensorMap> {
+    weight_and_bias_terms(x, hidden, ws, p, |s, xb, hb, w, batched| {
+        drop_batch(instant_kernel(s, &xb, &hb, w)?, batched)
+    })
+}
+
+/// `xy_to_dw`: kernel = VJP of `K -> conv(x, kernel_fn(K))` at `h` (sums over
+/// batch and positions); bias = `h ⊙ g'(b)` per position (not summed).
+#[xy_to_dw(etp_conv)]
+fn conv_xy_to_dw(
+    x: &Tensor,
+    hidden: &Tensor,
+    ws: &TensorMap,
+    p: &etp_conv::Params,
+) -> Result<TensorMap> {
+    weight_and_bias_terms(x, hidden, ws, p, |s, xb, hb, w, _| {
+        let (kf, conv) = (s.kernel_fn.clone(), s.conv.clone());
+        let (_, pb) = vjp(
+            move |k: &[Tensor]| Ok(vec![conv_general(&xb, &apply_fn(&kf, &k[0])?, &conv)?]),
+            std::slice::from_ref(w),
+        )?;
+        Ok(pb.apply(&[hb])?.remove(0))
+    })
+}
+
 /// `yw_to_w`: `trace_K[b, s, k, ...] *= h[b, s, k]`, `trace_b *= h` (no spatial sums).
 #[yw_to_w(etp_conv)]
 fn conv_yw_to_w(hidden: &Tensor, trace: &TensorMap, p: &etp_conv::Params) -> Result<TensorMap> {
-    let tk = trace
-        .get("weight")
-        .ok_or_else(|| Error::etp(OP, "rule yw_to_w", "expected a `weight` entry"))?;
+    let tk = leaf(trace, OP, "weight")?;
     // trace_K is (B?, s.., kernel); y is (B?, y-layout); the kernel has rank d + 2.
     let k_rank = tk.ndim() + 1 - hidden.ndim(); // kernel rank = d + 2
     let batched = hidden.ndim() == k_rank;
@@ -350,9 +351,7 @@ fn conv_solve_drtrl(
     _ws: &TensorMap,
     p: &etp_conv::Params,
 ) -> Result<TensorMap> {
-    let tk = trace
-        .get("weight")
-        .ok_or_else(|| Error::etp(OP, "rule solve_drtrl", "expected a `weight` entry"))?;
+    let tk = leaf(trace, OP, "weight")?;
     let k_rank = tk.ndim() + 1 - g.ndim();
     let s = setup(p, k_rank)?;
     let d = s.d();
