@@ -226,7 +226,50 @@ where
     Ok(g)
 }
 
+impl Eqn {
+    /// The primitive with its static params.
+    pub fn prim(&self) -> &Arc<dyn Primitive> {
+        &self.prim
+    }
+    /// Operand variables.
+    pub fn inputs(&self) -> &[VarId] {
+        &self.inputs
+    }
+    /// Result variables.
+    pub fn outputs(&self) -> &[VarId] {
+        &self.outputs
+    }
+}
+
 impl Graph {
+    /// The equations, in execution order.
+    pub fn eqns(&self) -> &[Eqn] {
+        &self.eqns
+    }
+    /// Input variables, in argument order.
+    pub fn invars(&self) -> &[VarId] {
+        &self.invars
+    }
+    /// Output variables.
+    pub fn outvars(&self) -> &[VarId] {
+        &self.outvars
+    }
+    /// Variables bound to captured constants (parallel to [`Graph::consts`]).
+    pub fn constvars(&self) -> &[VarId] {
+        &self.constvars
+    }
+    /// The captured constant values (parallel to [`Graph::constvars`]).
+    pub fn consts(&self) -> &[Tensor] {
+        &self.consts
+    }
+    /// The abstract value of a variable.
+    pub fn aval(&self, v: VarId) -> &Aval {
+        &self.avals[v]
+    }
+    /// Number of variables (every [`VarId`] is below it).
+    pub fn num_vars(&self) -> usize {
+        self.avals.len()
+    }
     /// Abstract values of the inputs.
     pub fn in_avals(&self) -> Vec<Aval> {
         self.invars.iter().map(|&v| self.avals[v].clone()).collect()
