@@ -1,6 +1,7 @@
 //! Golden test: every built-in ETP primitive against the vectors recorded from
 //! the reference library (braintrace 0.2.6), folder from `BRAINTRACE_GOLDEN_DIR`
-//! or `<root>/../shared/golden` (schema: that folder's README.md).
+//! when set, otherwise the vendored copy in `tests/golden` (schema: that
+//! folder's README.md).
 //!
 //! For each `etp_*.json` case it checks forward, JVP, VJP, vmap (values and
 //! identity preservation), `xy_to_dw`, `yw_to_w` (`dt_to_t` in the files),

@@ -1,5 +1,5 @@
 //! The golden-vector harness: reads the per-primitive case files recorded
-//! from the reference library (schema in `shared/golden/README.md`) and
+//! from the reference library (schema in `tests/golden/README.md`) and
 //! checks a registered ETP primitive against them: forward, JVP, VJP, vmap
 //! (values and identity preservation) and every rule entry.
 //!
@@ -412,8 +412,9 @@ fn err(e: braintrace::Error) -> String {
 
 // ---------------------------------------------------------------- folder
 
-/// The golden folder: `BRAINTRACE_GOLDEN_DIR`, else `<root>/../shared/golden`,
-/// else `<root>/shared/golden`.
+/// The golden folder: `BRAINTRACE_GOLDEN_DIR` when it is set (it must then
+/// be a directory), otherwise the copy vendored in the repository at
+/// `tests/golden` (so a fresh clone needs nothing beside it).
 pub fn golden_dir() -> R<PathBuf> {
     if let Ok(d) = std::env::var("BRAINTRACE_GOLDEN_DIR") {
         let p = PathBuf::from(d);
@@ -426,24 +427,22 @@ pub fn golden_dir() -> R<PathBuf> {
             ))
         };
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        root.join("..").join("shared").join("golden"),
-        root.join("shared").join("golden"),
-    ];
-    for c in &candidates {
-        if c.is_dir() {
-            return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));
-        }
+    let vendored = vendored_golden_dir();
+    if vendored.is_dir() {
+        Ok(vendored)
+    } else {
+        Err(format!(
+            "no golden folder: set BRAINTRACE_GOLDEN_DIR or restore the vendored set at {}",
+            vendored.display()
+        ))
     }
-    Err(format!(
-        "no golden folder: set BRAINTRACE_GOLDEN_DIR or provide one of {}",
-        candidates
-            .iter()
-            .map(|c| c.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
+}
+
+/// The golden set vendored in the repository: `<root>/tests/golden`.
+pub fn vendored_golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden")
 }
 
 // ---------------------------------------------------------------- the case
