@@ -200,13 +200,17 @@ fn seed_class_based_example() {
     check_seed_values(&p);
 }
 
+fn seed_spec(name: &str) -> Arc<EtpPrimitiveSpec> {
+    let (yw, xy, id, ip) = seed_rules(scaled_impl);
+    Arc::new(
+        EtpPrimitiveSpec::new(name, scaled_impl, yw, xy, id, ip)
+            .with_options(PrimitiveOptions::new().batched(true).x_index(Some(0))),
+    )
+}
+
 #[test]
 fn seed_spec_based_example() {
-    let (yw, xy, id, ip) = seed_rules(scaled_impl);
-    let spec = Arc::new(
-        EtpPrimitiveSpec::new("etp_my_op_spec", scaled_impl, yw, xy, id, ip)
-            .with_options(PrimitiveOptions::new().batched(true).x_index(Some(0))),
-    );
+    let spec = seed_spec("etp_my_op_spec");
     let p = register_primitive_spec(spec.clone()).unwrap();
     assert!(
         Arc::ptr_eq(&get_primitive_spec(&p).unwrap(), &spec),
@@ -561,4 +565,43 @@ fn jit_executes_the_lowered_graph_and_keeps_analysis_graphs_whole() {
     let cached = j.cached_graph(&[x.aval(), w.aval()]).unwrap();
     assert_eq!(cached.primitive_names(), vec!["matmul", "mul_scalar"]);
     assert_eq!(j.trace_count(), 1);
+}
+
+#[test]
+fn a_runtime_registration_after_the_built_ins_cannot_claim_their_names() {
+    // Compile-time primitives first (the other order is in
+    // `registration_order.rs`, its own process).
+    let mv = braintrace::prims::etp_mv::primitive();
+    for (name, e) in [
+        (
+            "etp_mv",
+            register_primitive("etp_mv", scaled_impl, PrimitiveOptions::new()).unwrap_err(),
+        ),
+        (
+            "etp_lora_mm",
+            register_primitive_spec(seed_spec("etp_lora_mm")).unwrap_err(),
+        ),
+    ] {
+        let msg = e.to_string();
+        match e {
+            braintrace::Error::DuplicatePrimitive {
+                name: n,
+                first,
+                second,
+            } => {
+                assert_eq!(n, name);
+                assert!(first.contains("#[etp_primitive]"), "{msg}");
+                assert!(
+                    second.contains("register_primitive") && second.contains("etp_framework.rs"),
+                    "{msg}"
+                );
+            }
+            other => panic!("expected DuplicatePrimitive, got {other:?}"),
+        }
+    }
+    assert_eq!(primitive_by_name("etp_mv"), Some(mv));
+    assert_eq!(
+        primitive_by_name("etp_lora_mm"),
+        Some(braintrace::prims::etp_lora_mm::primitive())
+    );
 }

@@ -10,9 +10,10 @@
 
 pub use crate::error::{Error, Result};
 pub use crate::etp::{
-    lazy_counterpart, register_primitive_spec, sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec,
-    ImplFn, InitDrtrl, InitPp, InstantDrtrl, ParamType, ParamValue, Params, PrimitiveOptions,
-    SolveDrtrl, StaticPrimitive, TensorMap, XyToDw, YwToW,
+    ensure_static_registrations, lazy_counterpart, register_primitive_spec, register_static_spec,
+    sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec, ImplFn, InitDrtrl, InitPp, InstantDrtrl,
+    ParamType, ParamValue, Params, PrimitiveOptions, SolveDrtrl, StaticPrimitive, TensorMap,
+    XyToDw, YwToW,
 };
 pub use crate::tensor::{Aval, Tensor};
 pub use inventory;

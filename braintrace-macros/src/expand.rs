@@ -464,11 +464,21 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
 
             static __PRIMITIVE: #rt::OnceLock<#rt::Result<#rt::EtpPrimitive>> = #rt::OnceLock::new();
 
-            /// The primitive, registered from [`SPEC`] on first use (the
-            /// registries collect it before user code runs). An error if
-            /// another primitive is already registered under [`NAME`].
+            /// Registers the primitive from [`SPEC`], once; what the
+            /// `inventory` entry runs while the registries collect the
+            /// compile-time primitives.
+            #[doc(hidden)]
+            pub fn __register() -> #rt::Result<#rt::EtpPrimitive> {
+                ::core::clone::Clone::clone(__PRIMITIVE.get_or_init(|| #rt::register_static_spec(#rt::Arc::clone(&*SPEC))))
+            }
+
+            /// The primitive, registered from [`SPEC`] together with every
+            /// other compile-time primitive, before any runtime
+            /// registration. An error if another compile-time primitive
+            /// (first in link order) holds [`NAME`].
             pub fn try_primitive() -> #rt::Result<#rt::EtpPrimitive> {
-                ::core::clone::Clone::clone(__PRIMITIVE.get_or_init(|| #rt::register_primitive_spec(#rt::Arc::clone(&*SPEC))))
+                #rt::ensure_static_registrations();
+                __register()
             }
 
             /// The primitive handle.
@@ -484,7 +494,7 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
             }
 
             #rt::inventory::submit! {
-                #rt::StaticPrimitive { get: try_primitive }
+                #rt::StaticPrimitive { get: __register }
             }
         }
     }

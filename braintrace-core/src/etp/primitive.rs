@@ -214,11 +214,18 @@ fn validate_layout(name: &str, o: &PrimitiveOptions) -> Result<()> {
     Ok(())
 }
 
+/// Build a primitive and enter it in the name table. `default_origin`
+/// names the definition in a duplicate-name error when the options carry
+/// no origin. Runtime entry points call
+/// [`registry::ensure_static_registrations`] first, so a built-in's or a
+/// macro primitive's name is always taken before a runtime registration
+/// can claim it.
 pub(crate) fn new_primitive(
     name: &str,
     impl_fn: ImplFn,
     opts: PrimitiveOptions,
     spec: Option<Arc<EtpPrimitiveSpec>>,
+    default_origin: String,
 ) -> Result<EtpPrimitive> {
     validate_layout(name, &opts)?;
     let counterpart = opts.batched_counterpart.clone();
@@ -231,17 +238,19 @@ pub(crate) fn new_primitive(
         warned: AtomicBool::new(false),
         counterpart: RwLock::new(counterpart),
     }));
-    let origin =
-        p.0.opts
-            .origin
-            .clone()
-            .unwrap_or_else(|| format!("registered at runtime as `{name}`"));
+    let origin = p.0.opts.origin.clone().unwrap_or(default_origin);
     registry::register_name(&p, &origin)?;
     Ok(p)
 }
 
 /// Class-based registration: a new primitive from its implementation
 /// function; attach the rules with the `register_*` methods.
+///
+/// A name that is already registered is refused with
+/// [`Error::DuplicatePrimitive`], naming both definitions. The built-in
+/// and `#[etp_primitive]` primitives are entered before any runtime
+/// registration, so their names cannot be claimed here, whatever the call
+/// order.
 ///
 /// ```
 /// use braintrace_core::etp::{register_primitive, Params, PrimitiveOptions};
@@ -256,6 +265,7 @@ pub(crate) fn new_primitive(
 /// assert!(y.to_vec_f64()?.iter().all(|&v| v == 1.5));
 /// # Ok::<(), braintrace_core::Error>(())
 /// ```
+#[track_caller]
 pub fn register_primitive<F>(
     name: &str,
     impl_fn: F,
@@ -264,7 +274,21 @@ pub fn register_primitive<F>(
 where
     F: Fn(&[Tensor], &Params) -> Result<Tensor> + Send + Sync + 'static,
 {
-    new_primitive(name, Arc::new(impl_fn), options, None)
+    let origin = runtime_origin("register_primitive", name);
+    registry::ensure_static_registrations();
+    new_primitive(name, Arc::new(impl_fn), options, None, origin)
+}
+
+/// How a runtime registration is named in a duplicate-name error: the entry
+/// point and the caller's location.
+#[track_caller]
+pub(crate) fn runtime_origin(entry: &str, name: &str) -> String {
+    let at = std::panic::Location::caller();
+    format!(
+        "`{entry}(\"{name}\", ..)` at runtime ({}:{})",
+        at.file(),
+        at.line()
+    )
 }
 
 impl EtpPrimitive {

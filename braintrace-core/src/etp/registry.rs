@@ -126,8 +126,14 @@ inventory::collect!(StaticPrimitive);
 
 static STATIC_ONCE: Once = Once::new();
 
-/// Register every macro-defined primitive (runs once, on first registry access).
-pub(crate) fn ensure_static_registrations() {
+/// Register every macro-defined primitive (built-ins included). Runs once:
+/// on the first registry read, the first runtime registration, or the first
+/// `try_primitive()` of a macro primitive, whichever comes first; every
+/// other caller waits until it has finished. So the compile-time primitives
+/// always hold their names before any runtime registration is tried, and
+/// between two of them with the same name the first in link order wins.
+#[doc(hidden)]
+pub fn ensure_static_registrations() {
     STATIC_ONCE.call_once(|| {
         for s in inventory::iter::<StaticPrimitive> {
             if let Err(e) = (s.get)() {

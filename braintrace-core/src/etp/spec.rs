@@ -4,7 +4,10 @@
 //! returns that very spec.
 
 use super::params::Params;
-use super::primitive::{new_primitive, Counterpart, EtpPrimitive, ImplFn, PrimitiveOptions};
+use super::primitive::{
+    new_primitive, runtime_origin, Counterpart, EtpPrimitive, ImplFn, PrimitiveOptions,
+};
+use super::registry;
 use super::rules::{EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, XyToDw, YwToW};
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -88,12 +91,33 @@ impl fmt::Debug for EtpPrimitiveSpec {
 
 /// Register a primitive from its spec; fills the same four registries as
 /// class-based registration.
+///
+/// As with [`register_primitive`](super::register_primitive), a name that
+/// is already taken (by a built-in, an `#[etp_primitive]` or an earlier
+/// runtime registration) is refused with an error naming both definitions.
+#[track_caller]
 pub fn register_primitive_spec(spec: Arc<EtpPrimitiveSpec>) -> Result<EtpPrimitive> {
+    let origin = runtime_origin("register_primitive_spec", &spec.name);
+    registry::ensure_static_registrations();
+    build_from_spec(spec, origin)
+}
+
+/// The registration an `#[etp_primitive]` submits: like
+/// [`register_primitive_spec`], but run while the compile-time primitives
+/// are being entered, so it does not wait for them.
+#[doc(hidden)]
+pub fn register_static_spec(spec: Arc<EtpPrimitiveSpec>) -> Result<EtpPrimitive> {
+    let origin = format!("`#[etp_primitive]` `{}`", spec.name);
+    build_from_spec(spec, origin)
+}
+
+fn build_from_spec(spec: Arc<EtpPrimitiveSpec>, origin: String) -> Result<EtpPrimitive> {
     let p = new_primitive(
         &spec.name,
         spec.impl_fn.clone(),
         spec.options.clone(),
         Some(spec.clone()),
+        origin,
     )?;
     p.register_etp_rules(spec.rules());
     Ok(p)
