@@ -519,3 +519,64 @@ fn symbolic_data_access_is_an_error() {
     assert!(matches!(e, Error::Symbolic { .. }), "{e:?}");
     assert_msg("symbolic", &e, &["to_vec_f64", "[2]"]);
 }
+
+// ------------------------------------------------------------------ errors inside ETP primitives
+
+/// A shape error raised by a core op inside an ETP primitive's impl comes out
+/// as `Error::Etp` naming the primitive, and the inner `Error::Shape` (with
+/// its typed shapes) is reachable through `source()`, eagerly and traced.
+#[test]
+fn shape_error_inside_an_etp_primitive_is_matchable_through_source() {
+    use braintrace::error::Shape;
+    use braintrace::prims::{self, Transforms};
+    use std::error::Error as _;
+
+    let x = z(&[2, 5]);
+    let w = z(&[3, 4]);
+    let call = |a: &[Tensor]| prims::matmul(&a[0], &a[1], None, &Transforms::default());
+    let (eager, traced) = err_eager_and_traced("etp_mm [2,5] @ [3,4]", &[x, w], call);
+    for e in [eager, traced] {
+        let Error::Etp { primitive, .. } = &e else {
+            panic!("expected Error::Etp, got {e:?}");
+        };
+        assert_eq!(primitive, "etp_mm");
+        let inner = e
+            .source()
+            .expect("an Etp error has a source")
+            .downcast_ref::<Error>()
+            .expect("the source is a braintrace Error");
+        let Error::Shape { op, shapes, .. } = inner else {
+            panic!("expected the inner error to be Error::Shape, got {inner:?}");
+        };
+        assert_eq!(op, "matmul");
+        assert_eq!(shapes, &[Shape(vec![2, 5]), Shape(vec![3, 4])]);
+        assert!(matches!(e.root(), Error::Shape { .. }), "{e:?}");
+        assert_eq!(e.op(), "etp_mm");
+        assert_msg("etp_mm", &e, &["etp_mm", "matmul", "[2, 5]", "[3, 4]"]);
+    }
+}
+
+/// A refusal by the ETP layer itself (not a wrapped error) still has a
+/// source: an `Error::Invalid` naming the primitive.
+#[test]
+fn etp_refusal_has_an_invalid_source_naming_the_primitive() {
+    use std::error::Error as _;
+    let e = Error::etp("etp_x", "bind", "no good");
+    assert_eq!(e.to_string(), "ETP primitive `etp_x`, bind: no good");
+    let inner = e.source().and_then(|s| s.downcast_ref::<Error>());
+    assert!(
+        matches!(inner, Some(Error::Invalid { op, reason }) if op == "etp_x" && reason == "no good"),
+        "{inner:?}"
+    );
+    // A wrap keeps the inner error typed and its message readable.
+    let w = Error::etp_wrap(
+        "etp_x",
+        "rule yw_to_w",
+        Error::shapes("add", [[2], [3]], "bad"),
+    );
+    assert_eq!(
+        w.to_string(),
+        "ETP primitive `etp_x`, rule yw_to_w: add: incompatible shapes [2] and [3]: bad"
+    );
+    assert!(matches!(w.root(), Error::Shape { .. }));
+}

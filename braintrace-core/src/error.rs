@@ -1,18 +1,132 @@
 //! The one error type of the library. Every fallible public function returns
 //! [`Result<T>`]; messages name the op (or primitive) and the shapes involved.
+//! Shapes are carried typed ([`Shape`]), and an error raised inside an ETP
+//! primitive stays reachable, by variant, through [`std::error::Error::source`].
 
+use std::fmt;
 use thiserror::Error;
 
+/// A tensor shape as an error carries it: the dimensions, displayed as
+/// `[2, 3]` (`[]` for a scalar).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Shape(pub Vec<usize>);
+
+impl Shape {
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(d: &[usize]) -> Self {
+        Shape(d.to_vec())
+    }
+}
+
+impl From<Vec<usize>> for Shape {
+    fn from(d: Vec<usize>) -> Self {
+        Shape(d)
+    }
+}
+
+impl From<&Vec<usize>> for Shape {
+    fn from(d: &Vec<usize>) -> Self {
+        Shape(d.clone())
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(d: [usize; N]) -> Self {
+        Shape(d.to_vec())
+    }
+}
+
+impl<const N: usize> From<&[usize; N]> for Shape {
+    fn from(d: &[usize; N]) -> Self {
+        Shape(d.to_vec())
+    }
+}
+
+impl PartialEq<[usize]> for Shape {
+    fn eq(&self, other: &[usize]) -> bool {
+        self.0 == other
+    }
+}
+
+/// The error an [`Error::Etp`] wraps: a boxed [`Error`](enum@Error) that dereferences
+/// to it. It is its own type rather than a plain `Box<Error>` so that
+/// [`std::error::Error::source`] hands out the inner `Error` itself (which
+/// `downcast_ref::<Error>()` finds) and not the box around it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorBox(pub Box<Error>);
+
+impl ErrorBox {
+    /// Box `e`.
+    pub fn new(e: Error) -> Self {
+        ErrorBox(Box::new(e))
+    }
+}
+
+impl std::ops::Deref for ErrorBox {
+    type Target = Error;
+    fn deref(&self) -> &Error {
+        &self.0
+    }
+}
+
+/// `[2, 3] and [4]`: the shapes of a [`Error::Shape`], for its message.
+fn shape_list(shapes: &[Shape]) -> String {
+    shapes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// The message of [`Error::Shape`]: the typed shapes when there are any; an
+/// error built by the text helper [`Error::shape`] has its description at the
+/// head of `reason` instead.
+fn shape_message(op: &str, shapes: &[Shape], reason: &str) -> String {
+    if shapes.is_empty() {
+        format!("{op}: incompatible shapes {reason}")
+    } else {
+        format!("{op}: incompatible shapes {}: {reason}", shape_list(shapes))
+    }
+}
+
+/// The message of [`Error::Etp`]: the inner error's message, without
+/// repeating the primitive's name when the inner error already starts with it.
+fn etp_message(primitive: &str, context: &str, source: &Error) -> String {
+    let inner = source.to_string();
+    let inner = inner
+        .strip_prefix(primitive)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(&inner);
+    format!("ETP primitive `{primitive}`, {context}: {inner}")
+}
+
 /// Errors returned by braintrace.
+///
+/// Match on the variant (`Error::Shape { .. }`) to react to a kind of
+/// failure; more variants may be added, so a `match` needs a `_` arm.
 #[derive(Debug, Clone, Error, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// Operand shapes that an op cannot combine.
-    #[error("{op}: incompatible shapes {shapes}: {reason}")]
+    #[error("{}", shape_message(op, shapes, reason))]
     Shape {
         /// The op or primitive that refused the input.
         op: String,
-        /// The offending shapes, formatted.
-        shapes: String,
+        /// The offending shapes, in operand order (empty only for an error
+        /// built from a text description with [`Error::shape`]).
+        shapes: Vec<Shape>,
         /// What was expected.
         reason: String,
     },
@@ -35,22 +149,24 @@ pub enum Error {
         got: usize,
     },
     /// An axis outside the rank of its operand.
-    #[error("{op}: axis {axis} is out of range for an operand of shape {shape:?}")]
+    #[error("{op}: axis {axis} is out of range for an operand of shape {shape}")]
     Axis {
         /// The op.
         op: String,
         /// The offending axis.
         axis: isize,
         /// The operand's shape.
-        shape: Vec<usize>,
+        shape: Shape,
     },
     /// A value-dependent question asked of a symbolic tensor while tracing.
-    #[error("{op}: needs concrete data but got a symbolic tensor of shape {shape:?} (it is being traced)")]
+    #[error(
+        "{op}: needs concrete data but got a symbolic tensor of shape {shape} (it is being traced)"
+    )]
     Symbolic {
         /// What needed the data.
         op: String,
         /// The traced tensor's shape.
-        shape: Vec<usize>,
+        shape: Shape,
     },
     /// A misuse of a transform (non-scalar grad output, bad in_axes, ...).
     #[error("{transform}: {reason}")]
@@ -78,15 +194,18 @@ pub enum Error {
         /// Extra context.
         detail: String,
     },
-    /// A failure inside an ETP primitive or one of its rules.
-    #[error("ETP primitive `{primitive}`, {context}: {reason}")]
+    /// A failure inside an ETP primitive or one of its rules. The error
+    /// raised inside is kept, typed, as the [`source`](std::error::Error::source).
+    #[error("{}", etp_message(primitive, context, source))]
     Etp {
         /// The primitive's name.
         primitive: String,
         /// Where: `bind`, `rule yw_to_w`, `registration`, ...
         context: String,
-        /// What went wrong.
-        reason: String,
+        /// The error raised inside (an [`Error::Invalid`] naming the
+        /// primitive when the ETP layer itself refused).
+        #[source]
+        source: ErrorBox,
     },
     /// A registry conflict: the same name registered twice.
     #[error("ETP primitive name `{name}` is already registered ({first}); the second definition is {second}")]
@@ -121,11 +240,27 @@ pub enum Error {
     },
 }
 
-/// `Result` with the library's [`Error`](enum@Error).
+/// `Result` with the library's [`Error`](enum@Error)(enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Shorthand for [`Error::Shape`].
+    /// [`Error::Shape`] with typed shapes: `shapes` are the operands' shapes
+    /// in order (`[&a[..], &b[..]]`, `vec![shape]`, ...).
+    pub fn shapes<S: Into<Shape>>(
+        op: impl Into<String>,
+        shapes: impl IntoIterator<Item = S>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Shape {
+            op: op.into(),
+            shapes: shapes.into_iter().map(Into::into).collect(),
+            reason: reason.into(),
+        }
+    }
+    /// [`Error::Shape`] from a text description of the shapes (kept for
+    /// callers that describe shapes in words; prefer [`Error::shapes`], whose
+    /// shapes can be matched). The error's `shapes` is empty and `reason`
+    /// starts with the description.
     pub fn shape(
         op: impl Into<String>,
         shapes: impl Into<String>,
@@ -133,8 +268,8 @@ impl Error {
     ) -> Self {
         Error::Shape {
             op: op.into(),
-            shapes: shapes.into(),
-            reason: reason.into(),
+            shapes: Vec::new(),
+            reason: format!("{}: {}", shapes.into(), reason.into()),
         }
     }
     /// Shorthand for [`Error::Invalid`].
@@ -171,19 +306,59 @@ impl Error {
         Error::Axis {
             op: op.into(),
             axis,
-            shape: shape.to_vec(),
+            shape: shape.into(),
         }
     }
-    /// Shorthand for [`Error::Etp`].
+    /// [`Error::Etp`] for a refusal by the ETP layer itself: the source is an
+    /// [`Error::Invalid`] naming the primitive.
     pub fn etp(
         primitive: impl Into<String>,
         context: impl Into<String>,
         reason: impl Into<String>,
     ) -> Self {
+        let primitive = primitive.into();
+        Error::Etp {
+            source: ErrorBox::new(Error::invalid(primitive.clone(), reason)),
+            primitive,
+            context: context.into(),
+        }
+    }
+    /// [`Error::Etp`] wrapping `source`, an error raised inside the
+    /// primitive `primitive` at `context`; the source stays typed.
+    pub fn etp_wrap(
+        primitive: impl Into<String>,
+        context: impl Into<String>,
+        source: Error,
+    ) -> Self {
         Error::Etp {
             primitive: primitive.into(),
             context: context.into(),
-            reason: reason.into(),
+            source: ErrorBox::new(source),
+        }
+    }
+    /// The innermost error: follows [`Error::Etp`] wraps down to the error
+    /// that was first raised (itself when it wraps nothing).
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Etp { source, .. } => source.root(),
+            other => other,
+        }
+    }
+    /// The op, transform or primitive the error names (for an
+    /// [`Error::Etp`], the primitive; for a registry error, the name).
+    pub fn op(&self) -> &str {
+        match self {
+            Error::Shape { op, .. }
+            | Error::DType { op, .. }
+            | Error::Arity { op, .. }
+            | Error::Axis { op, .. }
+            | Error::Symbolic { op, .. }
+            | Error::EscapedTracer { op, .. }
+            | Error::Param { op, .. }
+            | Error::Invalid { op, .. } => op,
+            Error::Transform { transform, .. } => transform,
+            Error::MissingRule { primitive, .. } | Error::Etp { primitive, .. } => primitive,
+            Error::DuplicatePrimitive { name, .. } | Error::UnknownPrimitive(name) => name,
         }
     }
 }

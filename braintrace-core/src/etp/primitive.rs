@@ -666,8 +666,8 @@ impl EtpPrimitive {
 
     fn wrap(&self, context: &str, e: Error) -> Error {
         match e {
-            Error::Etp { .. } => e,
-            other => Error::etp(&self.0.name, context, other.to_string()),
+            Error::Etp { ref primitive, .. } if *primitive == self.0.name => e,
+            other => Error::etp_wrap(&self.0.name, context, other),
         }
     }
 

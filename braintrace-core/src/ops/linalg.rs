@@ -46,7 +46,7 @@ impl Primitive for Matmul {
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("matmul", inputs, 2)?;
         let (a, b) = (&inputs[0], &inputs[1]);
-        let bad = |why: &str| Error::shape("matmul", format!("{a} @ {b}"), why.to_string());
+        let bad = |why: &str| Error::shapes("matmul", [a.shape(), b.shape()], why);
         if a.dtype() != b.dtype() || !a.dtype().is_float() {
             return Err(Error::dtype(
                 "matmul",

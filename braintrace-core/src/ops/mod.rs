@@ -37,10 +37,9 @@ pub fn broadcast_shapes(op: &str, shapes: &[&[usize]]) -> Result<Vec<usize>> {
             if *o == 1 {
                 *o = d;
             } else if d != 1 && d != *o {
-                let all: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     op,
-                    all.join(" and "),
+                    shapes.iter().copied(),
                     "shapes cannot be broadcast together",
                 ));
             }
@@ -55,9 +54,9 @@ pub(crate) fn lift(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
         return Ok(x.clone());
     }
     if x.ndim() > shape.len() {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             "broadcast_to",
-            format!("{:?} -> {shape:?}", x.shape()),
+            [x.shape(), shape],
             "cannot broadcast to a lower rank",
         ));
     }
@@ -335,9 +334,9 @@ impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = (self, other);
         if a.ndim() == 0 || b.ndim() == 0 {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "matmul",
-                format!("{:?} @ {:?}", a.shape(), b.shape()),
+                [a.shape(), b.shape()],
                 "operands must have rank >= 1",
             ));
         }
@@ -365,9 +364,9 @@ impl Tensor {
         };
         let (ra, rb) = (a2.ndim(), b2.ndim());
         if a2.shape()[ra - 1] != b2.shape()[rb - 2] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "matmul",
-                format!("{:?} @ {:?}", a.shape(), b.shape()),
+                [a.shape(), b.shape()],
                 format!(
                     "contracting dimensions differ ({} vs {})",
                     a2.shape()[ra - 1],
@@ -377,9 +376,9 @@ impl Tensor {
         }
         let lead = broadcast_shapes("matmul", &[&a2.shape()[..ra - 2], &b2.shape()[..rb - 2]])
             .map_err(|_| {
-                Error::shape(
+                Error::shapes(
                     "matmul",
-                    format!("{:?} @ {:?}", a.shape(), b.shape()),
+                    [a.shape(), b.shape()],
                     "leading (batch) dimensions cannot be broadcast together",
                 )
             })?;
@@ -418,11 +417,7 @@ impl Tensor {
     /// Swap the last two axes.
     pub fn t(&self) -> Result<Tensor> {
         if self.ndim() < 2 {
-            return Err(Error::shape(
-                "t",
-                format!("{:?}", self.shape()),
-                "needs rank >= 2",
-            ));
+            return Err(Error::shapes("t", [self.shape()], "needs rank >= 2"));
         }
         linalg::swap_last(self)
     }
@@ -452,9 +447,9 @@ impl Tensor {
         let axes = sorted_axes("squeeze", axes, self.shape())?;
         for &a in &axes {
             if self.shape()[a] != 1 {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "squeeze",
-                    format!("{:?}", self.shape()),
+                    [self.shape()],
                     format!("axis {a} has size {}, not 1", self.shape()[a]),
                 ));
             }
@@ -472,9 +467,9 @@ impl Tensor {
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         broadcast_shapes("broadcast_to", &[self.shape(), shape]).and_then(|s| {
             if s != shape {
-                Err(Error::shape(
+                Err(Error::shapes(
                     "broadcast_to",
-                    format!("{:?} -> {shape:?}", self.shape()),
+                    [self.shape(), shape],
                     "cannot broadcast",
                 ))
             } else {

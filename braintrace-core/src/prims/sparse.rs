@@ -171,7 +171,7 @@ fn sparse(
     check_bias(op, has_bias, b)?;
     let dense = s
         .densify(&apply_fn(wf, w)?)
-        .map_err(|e| Error::etp(op, "bind", e.to_string()))?;
+        .map_err(|e| Error::etp_wrap(op, "bind", e))?;
     let y = x.matmul(&dense)?;
     match b {
         Some(b) => y.add(&apply_fn(bf, b)?),

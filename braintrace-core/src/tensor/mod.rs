@@ -153,7 +153,7 @@ impl Tensor {
             Repr::Concrete(d) => Ok(d),
             Repr::Symbolic(v) => Err(Error::Symbolic {
                 op: op.to_string(),
-                shape: v.aval.shape().to_vec(),
+                shape: v.aval.shape().into(),
             }),
         }
     }
