@@ -8,6 +8,8 @@ pub mod error;
 pub mod etp;
 pub mod graph;
 pub mod kernels;
+pub mod learn;
+pub mod nn;
 pub mod ops;
 pub mod prims;
 pub mod tensor;

@@ -11,8 +11,9 @@ use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
 // ---------------------------------------------------------------- impl
 
-/// `y = weight_fn(w)`.
-#[etp_primitive(name = "etp_elemwise", crate = "crate", gradient_enabled, x = none, weight = weight)]
+/// `y = weight_fn(w)`. Its `xy_to_dw` broadcasts over leading axes of `hidden`
+/// (a batched hidden state), as braintrace's does, hence `exact_dw_shapes = false`.
+#[etp_primitive(name = "etp_elemwise", crate = "crate", gradient_enabled, exact_dw_shapes = false, x = none, weight = weight)]
 pub fn etp_elemwise(weight: &Tensor, #[param] weight_fn: Option<ElemFn>) -> Result<Tensor> {
     apply_fn(&weight_fn, weight)
 }

@@ -1,0 +1,36 @@
+//! Online learning with eligibility traces: model state addressed by path,
+//! the ETP compiler (hidden groups, relations, diagnostics), D-RTRL and
+//! ES-D-RTRL (pp_prop) learners, and a BPTT reference.
+//!
+//! ```
+//! use braintrace_core::learn::{compile, DRtrl, ModelState, Reduction};
+//! use braintrace_core::nn::GruCell;
+//! use braintrace_core::{DType, Tensor};
+//!
+//! let model = GruCell::new("rnn", 3, 4);
+//! let state = ModelState::new(&model, DType::F64, 0, Some(2))?;
+//! let mut learner = compile(model, state, DRtrl::default(), &Tensor::zeros(&[2, 3], DType::F64), Some(2))?;
+//! let xs = Tensor::ones(&[5, 2, 3], DType::F64);
+//! let ys = Tensor::zeros(&[5, 2, 4], DType::F64);
+//! let out = learner.etrace_grad(&xs, &ys, |o, y| o.sub(y)?.square()?.mean_all(), Reduction::Mean)?;
+//! assert_eq!(out.grads["rnn/Wz/weight/weight"].shape(), &[7, 4]);
+//! assert_eq!(out.losses.shape(), &[5]);
+//! # Ok::<(), braintrace_core::Error>(())
+//! ```
+
+mod algorithm;
+mod bptt;
+mod compiler;
+mod diagnostics;
+mod learner;
+mod program;
+mod state;
+
+pub use algorithm::{rank_decay, Algorithm, DRtrl, NonTemporal, PpProp, Reduction, VjpMethod};
+pub use bptt::{bptt_grad, Bptt};
+pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
+pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
+pub use learner::{compile, EtraceGrads, Learner};
+pub use state::{
+    join_path, step_values, HiddenInfo, Init, Model, ModelState, ParamInfo, StepCtx, TensorDict,
+};

@@ -1,0 +1,729 @@
+//! The per-step programs of a compiled learner, written as functions of
+//! flat tensor lists so that they can be traced and run through `jit`:
+//!
+//! * `forward(params, hidden, x, traces) -> (out, new_hidden, new_traces)`:
+//!   evaluates the step, the hidden Jacobians `D`, the `Df` of every
+//!   relation and updates the traces (D-RTRL or pp_prop);
+//! * `gradient(params, hidden, x, y, traces, c) -> (loss, grads)`: the
+//!   learning signal (by perturbation, or by reverse mode through the step
+//!   for the multi-step method) and the solve.
+//!
+//! Both read the step graph of an [`EtraceGraph`] through an evaluator that
+//! can hold chosen variables fixed (cutting paths through weight ops), add a
+//! perturbation right after chosen variables and record intermediates.
+
+use super::algorithm::{Algorithm, NonTemporal, VjpMethod};
+use super::compiler::EtraceGraph;
+use crate::error::{Error, Result};
+use crate::etp::TensorMap;
+use crate::graph::{bind, Graph, VarId};
+use crate::tensor::{Aval, Tensor};
+use crate::transform::{jvp, vjp, vmap};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// What the hooked evaluator does besides evaluating.
+#[derive(Default)]
+struct Hooks {
+    /// Variables whose value is given instead of computed.
+    overrides: HashMap<VarId, Tensor>,
+    /// Variables to which a perturbation is added where they are produced.
+    perturb: HashMap<VarId, Tensor>,
+    /// Variables whose values are wanted.
+    record: Vec<VarId>,
+}
+
+/// Evaluate `g` on `inputs` with `hooks`; returns the outputs and the
+/// recorded values.
+fn eval_hooked(
+    g: &Graph,
+    inputs: &[Tensor],
+    hooks: &Hooks,
+) -> Result<(Vec<Tensor>, HashMap<VarId, Tensor>)> {
+    let mut recorded: HashMap<VarId, Tensor> = HashMap::new();
+    for (&v, t) in g.invars().iter().zip(inputs) {
+        if hooks.record.contains(&v) {
+            recorded.insert(v, t.clone());
+        }
+    }
+    for (&v, t) in g.constvars().iter().zip(g.consts()) {
+        if hooks.record.contains(&v) {
+            recorded.insert(v, t.clone());
+        }
+    }
+    let mut outs = g.eval_with(inputs, |e, ins| {
+        let vals = if e.outputs().iter().all(|v| hooks.overrides.contains_key(v)) {
+            e.outputs()
+                .iter()
+                .map(|v| hooks.overrides[v].clone())
+                .collect()
+        } else {
+            bind(e.prim().clone(), ins)?
+        };
+        let mut res = Vec::with_capacity(vals.len());
+        for (v, t) in e.outputs().iter().zip(vals) {
+            let t = match hooks.perturb.get(v) {
+                Some(p) => t.add(p)?,
+                None => t,
+            };
+            if hooks.record.contains(v) {
+                recorded.insert(*v, t.clone());
+            }
+            res.push(t);
+        }
+        Ok(res)
+    })?;
+    // A perturbed output that no equation produces (a state passed through).
+    let produced: Vec<VarId> = g.eqns().iter().flat_map(|e| e.outputs().to_vec()).collect();
+    for (o, v) in outs.iter_mut().zip(g.outvars()) {
+        if let (Some(p), false) = (hooks.perturb.get(v), produced.contains(v)) {
+            *o = o.add(p)?;
+        }
+    }
+    Ok((outs, recorded))
+}
+
+/// Slice the trailing axis at `i` (dropping it).
+fn last(t: &Tensor, i: usize) -> Result<Tensor> {
+    t.index_axis(t.ndim() - 1, i)
+}
+
+/// Stack on a new trailing axis.
+fn stack_last(ts: &[Tensor]) -> Result<Tensor> {
+    crate::ops::stack(ts, ts[0].ndim())
+}
+
+/// Sum leading axes until `t` has the shape `like`.
+fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor> {
+    let mut t = t.clone();
+    if t.ndim() > like.len() {
+        let axes: Vec<usize> = (0..t.ndim() - like.len()).collect();
+        t = t.sum(&axes)?;
+    }
+    if t.shape() != like {
+        return Err(Error::shape(
+            "etrace solve",
+            format!("{:?} vs parameter {:?}", t.shape(), like),
+            format!("the gradient of `{what}` does not reduce to its parameter's shape"),
+        ));
+    }
+    Ok(t)
+}
+
+fn add_maps(a: Option<TensorMap>, b: TensorMap) -> Result<TensorMap> {
+    match a {
+        None => Ok(b),
+        Some(mut a) => {
+            for (k, v) in b {
+                let s = match a.remove(&k) {
+                    Some(x) => x.add(&v)?,
+                    None => v,
+                };
+                a.insert(k, s);
+            }
+            Ok(a)
+        }
+    }
+}
+
+/// One (relation, group) pair that carries traces.
+#[derive(Clone, Debug)]
+pub(crate) struct Pair {
+    pub rel: usize,
+    pub group: usize,
+}
+
+/// Shapes and order of the flat trace list.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub pairs: Vec<Pair>,
+    /// Distinct relation inputs (pp_prop's `x̄`), in first-use order.
+    pub x_vars: Vec<VarId>,
+    /// D-RTRL: per pair, the trace keys (sorted) and shapes.
+    pub drtrl: Vec<Vec<(String, Aval)>>,
+    /// pp_prop: per pair, the `f̄` aval.
+    pub pp_f: Vec<Aval>,
+}
+
+impl Layout {
+    pub(crate) fn zeros(&self, algo: &Algorithm, graph: &Graph) -> Vec<Tensor> {
+        match algo {
+            Algorithm::DRtrl(_) => self
+                .drtrl
+                .iter()
+                .flat_map(|keys| keys.iter().map(|(_, a)| Tensor::zeros_aval(a)))
+                .collect(),
+            Algorithm::PpProp(_) => self
+                .x_vars
+                .iter()
+                .map(|&v| Tensor::zeros_aval(graph.aval(v)))
+                .chain(self.pp_f.iter().map(Tensor::zeros_aval))
+                .collect(),
+        }
+    }
+}
+
+/// A compiled learner's per-step programs.
+pub(crate) struct Program {
+    pub eg: Arc<EtraceGraph>,
+    pub algo: Algorithm,
+    pub layout: Layout,
+}
+
+impl Program {
+    pub(crate) fn new(eg: Arc<EtraceGraph>, algo: Algorithm, x: &Tensor) -> Result<Self> {
+        let g = eg.graph();
+        let mut pairs = Vec::new();
+        let mut x_vars = Vec::new();
+        let mut drtrl = Vec::new();
+        let mut pp_f = Vec::new();
+        for r in eg.relations() {
+            if let Some(xv) = r.x_var {
+                if !x_vars.contains(&xv) {
+                    x_vars.push(xv);
+                }
+            }
+            for &gi in &r.groups {
+                let grp = &eg.groups()[gi];
+                let s = grp.num_state();
+                pairs.push(Pair {
+                    rel: r.index,
+                    group: gi,
+                });
+                let y = g.aval(r.y_var).clone();
+                let weights: BTreeMap<String, Aval> = r
+                    .trainables
+                    .iter()
+                    .map(|t| (t.name.clone(), g.aval(g.invars()[t.param]).clone()))
+                    .collect();
+                let mut vs = grp.varshape.clone();
+                vs.push(s);
+                match algo {
+                    Algorithm::DRtrl(_) => {
+                        let xa = r.x_var.map(|v| g.aval(v).clone());
+                        let init =
+                            r.primitive
+                                .init_drtrl(xa.as_ref(), &y, &weights, s, &r.params)?;
+                        let keys = init
+                            .into_iter()
+                            .filter(|(k, _)| weights.contains_key(k))
+                            .map(|(k, t)| {
+                                // An op without x (element-wise) has a trace
+                                // shaped like the hidden group (batch included).
+                                let a = if r.x_var.is_none() {
+                                    Aval::new(&vs, t.dtype())
+                                } else {
+                                    t.aval()
+                                };
+                                (k, a)
+                            })
+                            .collect();
+                        drtrl.push(keys);
+                    }
+                    Algorithm::PpProp(_) => {
+                        let xa = r.x_var.map(|v| g.aval(v).clone());
+                        let init = r
+                            .primitive
+                            .init_pp(xa.as_ref(), &y, &weights, s, &r.params)?;
+                        let ys = y.shape();
+                        let ok = ys == grp.varshape.as_slice()
+                            || (r.x_var.is_none() && grp.varshape.ends_with(ys));
+                        if !ok {
+                            return Err(Error::shape(
+                                "compile (pp_prop)",
+                                format!("y {ys:?} vs hidden group {:?}", grp.varshape),
+                                format!(
+                                    "pp_prop needs the output of {} to have the hidden group's shape",
+                                    r.primitive.name()
+                                ),
+                            ));
+                        }
+                        pp_f.push(Aval::new(&vs, init.dtype()));
+                    }
+                }
+            }
+        }
+        let _ = x;
+        Ok(Program {
+            eg,
+            algo,
+            layout: Layout {
+                pairs,
+                x_vars,
+                drtrl,
+                pp_f,
+            },
+        })
+    }
+
+    fn graph(&self) -> &Graph {
+        self.eg.graph()
+    }
+
+    /// Inputs of the step graph.
+    fn step_inputs(params: &[Tensor], hidden: &[Tensor], x: &Tensor) -> Vec<Tensor> {
+        let mut v = params.to_vec();
+        v.extend_from_slice(hidden);
+        v.push(x.clone());
+        v
+    }
+
+    /// The equations held fixed when differentiating inside a step: the
+    /// outputs of every ETP equation that is not gradient-enabled.
+    fn boundary_vars(&self) -> Vec<VarId> {
+        self.graph()
+            .eqns()
+            .iter()
+            .filter(|e| {
+                crate::etp::as_etp_eqn(&**e.prim())
+                    .map(|q| !q.prim.is_gradient_enabled())
+                    .unwrap_or(false)
+            })
+            .flat_map(|e| e.outputs().to_vec())
+            .collect()
+    }
+
+    /// The forward program: `(out, new_hidden, new_traces)`.
+    pub(crate) fn forward(
+        &self,
+        params: &[Tensor],
+        hidden: &[Tensor],
+        x: &Tensor,
+        traces: &[Tensor],
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>)> {
+        let eg = &*self.eg;
+        let g = self.graph();
+        let inputs = Self::step_inputs(params, hidden, x);
+        let boundary = self.boundary_vars();
+        let mut record = boundary.clone();
+        record.extend(self.layout.x_vars.iter().copied());
+        for r in eg.relations() {
+            record.push(r.y_var);
+        }
+        let hooks = Hooks {
+            record,
+            ..Hooks::default()
+        };
+        let (outs, rec) = eval_hooked(g, &inputs, &hooks)?;
+        let out = outs[0].clone();
+        let new_hidden = outs[1..].to_vec();
+        let fixed: HashMap<VarId, Tensor> = boundary.iter().map(|v| (*v, rec[v].clone())).collect();
+
+        // Hidden-to-hidden Jacobians, (V, S, S) per group.
+        let mut ds = Vec::with_capacity(eg.groups().len());
+        for grp in eg.groups() {
+            let states = grp.states.clone();
+            let f = |hs: &[Tensor]| {
+                let mut ins = inputs.clone();
+                for (k, &s) in states.iter().enumerate() {
+                    ins[eg.num_params() + s] = hs[k].clone();
+                }
+                let h = Hooks {
+                    overrides: fixed.clone(),
+                    ..Hooks::default()
+                };
+                let (o, _) = eval_hooked(g, &ins, &h)?;
+                Ok(states.iter().map(|&s| o[1 + s].clone()).collect())
+            };
+            let primals: Vec<Tensor> = states.iter().map(|&s| hidden[s].clone()).collect();
+            let mut cols: Vec<Vec<Tensor>> = Vec::new(); // cols[b][a]
+            for b in 0..states.len() {
+                let tans: Vec<Tensor> = primals
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| {
+                        if k == b {
+                            p.ones_like()
+                        } else {
+                            p.zeros_like()
+                        }
+                    })
+                    .collect();
+                cols.push(jvp(f, &primals, &tans)?.1);
+            }
+            let rows: Vec<Tensor> = (0..states.len())
+                .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
+                .collect::<Result<_>>()?;
+            let nd = rows[0].ndim() - 1;
+            ds.push(crate::ops::stack(&rows, nd)?);
+        }
+
+        // Df per pair, (V, S).
+        let mut dfs = Vec::with_capacity(self.layout.pairs.len());
+        for pair in &self.layout.pairs {
+            let r = &eg.relations()[pair.rel];
+            let states = eg.groups()[pair.group].states.clone();
+            let yv = r.y_var;
+            let f = |y: &[Tensor]| {
+                let mut ov = fixed.clone();
+                ov.insert(yv, y[0].clone());
+                let h = Hooks {
+                    overrides: ov,
+                    ..Hooks::default()
+                };
+                let (o, _) = eval_hooked(g, &inputs, &h)?;
+                Ok(states.iter().map(|&s| o[1 + s].clone()).collect())
+            };
+            let y = rec[&yv].clone();
+            let (_, t) = jvp(f, std::slice::from_ref(&y), &[y.ones_like()])?;
+            dfs.push(stack_last(&t)?);
+        }
+
+        let xs: HashMap<VarId, Tensor> = self
+            .layout
+            .x_vars
+            .iter()
+            .map(|v| (*v, rec[v].clone()))
+            .collect();
+        let new_traces = match &self.algo {
+            Algorithm::DRtrl(_) => self.drtrl_update(params, traces, &ds, &dfs, &xs)?,
+            Algorithm::PpProp(pp) => {
+                self.pp_update(pp.decay_x, pp.decay_f, traces, &ds, &dfs, &xs)?
+            }
+        };
+        Ok((out, new_hidden, new_traces))
+    }
+
+    fn weights(&self, rel: usize, params: &[Tensor]) -> TensorMap {
+        self.eg.relations()[rel]
+            .trainables
+            .iter()
+            .map(|t| (t.name.clone(), params[t.param].clone()))
+            .collect()
+    }
+
+    /// Split the flat D-RTRL traces into one map per pair.
+    fn drtrl_maps(&self, traces: &[Tensor]) -> Vec<TensorMap> {
+        let mut it = traces.iter();
+        self.layout
+            .drtrl
+            .iter()
+            .map(|keys| {
+                keys.iter()
+                    .map(|(k, _)| (k.clone(), it.next().expect("layout").clone()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn drtrl_update(
+        &self,
+        params: &[Tensor],
+        traces: &[Tensor],
+        ds: &[Tensor],
+        dfs: &[Tensor],
+        xs: &HashMap<VarId, Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let maps = self.drtrl_maps(traces);
+        let mut out = Vec::with_capacity(traces.len());
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            let r = &self.eg.relations()[pair.rel];
+            let p = &r.primitive;
+            let s = self.eg.groups()[pair.group].num_state();
+            let d = &ds[pair.group];
+            let eps = &maps[pi];
+            let weights = self.weights(pair.rel, params);
+            let x = r.x_var.map(|v| xs[&v].clone());
+            let keys: Vec<String> = eps.keys().cloned().collect();
+            let mut per_a: Vec<TensorMap> = Vec::with_capacity(s);
+            for a in 0..s {
+                let d_a = d.index_axis(d.ndim() - 2, a)?; // (V, S) over b
+                let mut acc: Option<TensorMap> = None;
+                for b in 0..s {
+                    let factor = last(&d_a, b)?;
+                    let eps_b: TensorMap = eps
+                        .iter()
+                        .map(|(k, t)| Ok((k.clone(), last(t, b)?)))
+                        .collect::<Result<_>>()?;
+                    acc = Some(add_maps(acc, p.yw_to_w(&factor, &eps_b, &r.params)?)?);
+                }
+                let df_a = last(&dfs[pi], a)?;
+                let inst = if p.is_batched() {
+                    let x = x.clone().ok_or_else(|| {
+                        Error::etp(p.name(), "D-RTRL", "a batched primitive needs an x operand")
+                    })?;
+                    let (w, prm) = (weights.clone(), r.params.clone());
+                    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
+                        Ok(p.instant_drtrl(Some(&args[0]), &args[1], &w, &prm)?
+                            .into_values()
+                            .collect())
+                    };
+                    let outs = vmap(f, vec![Some(0), Some(0)])(&[x, df_a])?;
+                    let inst_keys: Vec<String> = weights.keys().cloned().collect();
+                    inst_keys.into_iter().zip(outs).collect()
+                } else {
+                    p.instant_drtrl(x.as_ref(), &df_a, &weights, &r.params)?
+                };
+                per_a.push(add_maps(acc, inst)?);
+            }
+            for k in &keys {
+                let parts: Vec<Tensor> = per_a
+                    .iter()
+                    .map(|m| {
+                        m.get(k).cloned().ok_or_else(|| {
+                            Error::etp(
+                                p.name(),
+                                "D-RTRL trace update",
+                                format!("rules returned no `{k}`"),
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                let new = stack_last(&parts)?;
+                let old = &eps[k];
+                if new.shape() != old.shape() {
+                    return Err(Error::shape(
+                        "D-RTRL trace update",
+                        format!("{:?} vs trace {:?}", new.shape(), old.shape()),
+                        format!("{}'s rules must keep the `{k}` trace's shape", p.name()),
+                    ));
+                }
+                out.push(new.cast(old.dtype())?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn pp_update(
+        &self,
+        ax: f64,
+        af: f64,
+        traces: &[Tensor],
+        ds: &[Tensor],
+        dfs: &[Tensor],
+        xs: &HashMap<VarId, Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let nx = self.layout.x_vars.len();
+        let mut out = Vec::with_capacity(traces.len());
+        for (i, v) in self.layout.x_vars.iter().enumerate() {
+            out.push(traces[i].mul_scalar(ax)?.add(&xs[v])?);
+        }
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            let f = &traces[nx + pi];
+            let d = &ds[pair.group];
+            // Σ_b D[..., a, b] f[..., b]
+            let df = d.mul(&f.expand_dims(f.ndim() - 1)?)?.sum(&[d.ndim() - 1])?;
+            out.push(df.mul_scalar(af)?.add(&dfs[pi].mul_scalar(1.0 - af)?)?);
+        }
+        Ok(out)
+    }
+
+    /// The gradient program: `(loss, grads)` with one gradient per model
+    /// parameter. `traces` are the traces after this step for the
+    /// single-step method and before it for the multi-step method; `c` is
+    /// pp_prop's bias correction (a scalar; ignored by D-RTRL).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gradient<L>(
+        &self,
+        params: &[Tensor],
+        hidden: &[Tensor],
+        x: &Tensor,
+        y: &Tensor,
+        traces: &[Tensor],
+        c: &Tensor,
+        loss: &L,
+    ) -> Result<(Tensor, Vec<Tensor>)>
+    where
+        L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
+    {
+        let eg = &*self.eg;
+        let g = self.graph();
+        let (np, nh) = (params.len(), hidden.len());
+        let hid_out: Vec<VarId> = (0..nh).map(|j| eg.hidden_out_var(j)).collect();
+        let f = |a: &[Tensor]| {
+            let mut perturb: HashMap<VarId, Tensor> = HashMap::new();
+            for (j, &v) in hid_out.iter().enumerate() {
+                let p = a[np + nh + j].clone();
+                let p = match perturb.remove(&v) {
+                    Some(q) => q.add(&p)?,
+                    None => p,
+                };
+                perturb.insert(v, p);
+            }
+            let h = Hooks {
+                perturb,
+                ..Hooks::default()
+            };
+            let ins = Self::step_inputs(&a[..np], &a[np..np + nh], x);
+            let (o, _) = eval_hooked(g, &ins, &h)?;
+            let l = loss(&o[0], y)?;
+            if !l.shape().is_empty() {
+                return Err(Error::shape(
+                    "etrace_grad",
+                    format!("loss {:?}", l.shape()),
+                    "the loss function must return a scalar",
+                ));
+            }
+            Ok(vec![l])
+        };
+        let mut primals = params.to_vec();
+        primals.extend_from_slice(hidden);
+        primals.extend(hidden.iter().map(Tensor::zeros_like));
+        let (vals, pull) = vjp(f, &primals)?;
+        let l = vals[0].clone();
+        let cts = pull.apply(&[l.ones_like()])?;
+        let d_params = &cts[..np];
+        let d_hidden_in = &cts[np..np + nh];
+        let d_perturb = &cts[np + nh..];
+        let method = self.algo.vjp_method();
+        let signal_src = match method {
+            VjpMethod::SingleStep => d_perturb,
+            VjpMethod::MultiStep => d_hidden_in,
+        };
+        let signals: Vec<Tensor> = eg
+            .groups()
+            .iter()
+            .map(|grp| {
+                stack_last(
+                    &grp.states
+                        .iter()
+                        .map(|&s| signal_src[s].clone())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Result<_>>()?;
+        let mut grads: Vec<Option<Tensor>> = vec![None; np];
+        let mut addg = |i: usize, t: Tensor| -> Result<()> {
+            grads[i] = Some(match grads[i].take() {
+                Some(o) => o.add(&t)?,
+                None => t,
+            });
+            Ok(())
+        };
+        match method {
+            VjpMethod::MultiStep => {
+                for (i, d) in d_params.iter().enumerate() {
+                    addg(i, d.clone())?;
+                }
+            }
+            VjpMethod::SingleStep => {
+                if self.algo.non_temporal() == NonTemporal::InStep {
+                    for i in eg.params_without_relation() {
+                        addg(i, d_params[i].clone())?;
+                    }
+                }
+            }
+        }
+        let solved = match &self.algo {
+            Algorithm::DRtrl(_) => self.drtrl_solve(params, traces, &signals)?,
+            Algorithm::PpProp(_) => self.pp_solve(params, traces, &signals, c)?,
+        };
+        for (i, t) in solved {
+            addg(i, t)?;
+        }
+        let grads = grads
+            .into_iter()
+            .zip(params)
+            .map(|(g, p)| g.unwrap_or_else(|| p.zeros_like()))
+            .collect();
+        Ok((l, grads))
+    }
+
+    fn drtrl_solve(
+        &self,
+        params: &[Tensor],
+        traces: &[Tensor],
+        signals: &[Tensor],
+    ) -> Result<Vec<(usize, Tensor)>> {
+        let maps = self.drtrl_maps(traces);
+        let mut out = Vec::new();
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            let r = &self.eg.relations()[pair.rel];
+            let p = &r.primitive;
+            let s = self.eg.groups()[pair.group].num_state();
+            let weights = self.weights(pair.rel, params);
+            let eps = &maps[pi];
+            let sig = &signals[pair.group];
+            let mut acc: Option<TensorMap> = None;
+            for a in 0..s {
+                let g_a = last(sig, a)?;
+                let eps_a: TensorMap = eps
+                    .iter()
+                    .map(|(k, t)| Ok((k.clone(), last(t, a)?)))
+                    .collect::<Result<_>>()?;
+                let res = if p.is_batched() {
+                    let keys: Vec<String> = eps_a.keys().cloned().collect();
+                    let (w, prm) = (weights.clone(), r.params.clone());
+                    let ks = keys.clone();
+                    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
+                        let tr: TensorMap =
+                            ks.iter().cloned().zip(args[1..].iter().cloned()).collect();
+                        Ok(p.solve_drtrl(&args[0], &tr, &w, &prm)?
+                            .into_values()
+                            .collect())
+                    };
+                    let mut args = vec![g_a];
+                    args.extend(eps_a.values().cloned());
+                    let outs = vmap(f, vec![Some(0); args.len()])(&args)?;
+                    let wkeys: Vec<String> = weights.keys().cloned().collect();
+                    wkeys.into_iter().zip(outs).collect()
+                } else {
+                    p.solve_drtrl(&g_a, &eps_a, &weights, &r.params)?
+                };
+                acc = Some(add_maps(acc, res)?);
+            }
+            let acc = acc.unwrap_or_default();
+            for t in &r.trainables {
+                let gk = acc.get(&t.name).ok_or_else(|| {
+                    Error::etp(
+                        p.name(),
+                        "D-RTRL solve",
+                        format!("rules returned no `{}`", t.name),
+                    )
+                })?;
+                out.push((
+                    t.param,
+                    reduce_to(gk, params[t.param].shape(), &t.param_key)?,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn pp_solve(
+        &self,
+        params: &[Tensor],
+        traces: &[Tensor],
+        signals: &[Tensor],
+        c: &Tensor,
+    ) -> Result<Vec<(usize, Tensor)>> {
+        let nx = self.layout.x_vars.len();
+        let mut out = Vec::new();
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            let r = &self.eg.relations()[pair.rel];
+            let f = &traces[nx + pi];
+            let sig = &signals[pair.group];
+            let gsum = f.mul(sig)?.sum(&[f.ndim() - 1])?.div(c)?;
+            let x = match r.x_var {
+                Some(v) => {
+                    let i = self
+                        .layout
+                        .x_vars
+                        .iter()
+                        .position(|&u| u == v)
+                        .expect("layout");
+                    Some(traces[i].clone())
+                }
+                None => None,
+            };
+            let weights = self.weights(pair.rel, params);
+            let res = r
+                .primitive
+                .xy_to_dw(x.as_ref(), &gsum, &weights, &r.params)?;
+            for t in &r.trainables {
+                let gk = res.get(&t.name).ok_or_else(|| {
+                    Error::etp(
+                        r.primitive.name(),
+                        "pp_prop solve",
+                        format!("xy_to_dw returned no `{}`", t.name),
+                    )
+                })?;
+                out.push((
+                    t.param,
+                    reduce_to(gk, params[t.param].shape(), &t.param_key)?,
+                ));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,444 @@
+//! Model state: parameters and hidden states addressed by path, the
+//! [`Model`] trait a recurrent network implements, and the [`StepCtx`] its
+//! one-step function reads and writes.
+//!
+//! Paths follow braintrace's naming: a parameter *state* has a path such as
+//! `rnn/Wz/weight` and holds one or more leaves (`weight`, `bias`); a leaf is
+//! addressed by its *key*, the state path plus `/<leaf>` (`rnn/Wz/weight/bias`),
+//! or the bare state path when the state holds a single array (`readout/W`).
+//! Hidden states are addressed by their path (`rnn/h`) and carry a leading
+//! batch axis once reset to a batch size.
+
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+use std::collections::BTreeMap;
+
+/// Tensors keyed by parameter key (`rnn/Wz/weight/weight`) or hidden path.
+pub type TensorDict = BTreeMap<String, Tensor>;
+
+/// Join path segments with `/`, skipping empty ones.
+pub fn join_path(prefix: &str, name: &str) -> String {
+    match (prefix.is_empty(), name.is_empty()) {
+        (true, _) => name.to_string(),
+        (_, true) => prefix.to_string(),
+        _ => format!("{prefix}/{name}"),
+    }
+}
+
+/// One trainable leaf.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamInfo {
+    /// The key gradients and optimisers use (`rnn/Wz/weight/bias`).
+    pub key: String,
+    /// The parameter state's path (`rnn/Wz/weight`).
+    pub state_path: String,
+    /// The leaf name inside the state (`bias`), `None` for a bare array.
+    pub leaf: Option<String>,
+}
+
+/// One hidden state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HiddenInfo {
+    /// Its path (`rnn/h`).
+    pub path: String,
+    /// The per-sample shape (without the batch axis).
+    pub shape: Vec<usize>,
+}
+
+/// What a model declares when it is set up: its parameters with initial
+/// values and its hidden states. Passed to [`Model::init`].
+pub struct Init {
+    dtype: DType,
+    rng: crate::nn::init::Rng,
+    params: Vec<(ParamInfo, Tensor)>,
+    hidden: Vec<HiddenInfo>,
+}
+
+impl Init {
+    /// A declaration context for values of `dtype`, drawing from a seeded RNG.
+    pub fn new(dtype: DType, seed: u64) -> Self {
+        Init {
+            dtype,
+            rng: crate::nn::init::Rng::seed(seed),
+            params: Vec::new(),
+            hidden: Vec::new(),
+        }
+    }
+    /// The dtype parameters and states are created in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The random number generator initialisers draw from.
+    pub fn rng(&mut self) -> &mut crate::nn::init::Rng {
+        &mut self.rng
+    }
+    /// Declare a leaf `leaf` of the parameter state `state_path` (or a bare
+    /// array when `leaf` is `None`) with its initial value.
+    pub fn param(&mut self, state_path: &str, leaf: Option<&str>, value: Tensor) -> Result<()> {
+        let key = match leaf {
+            Some(l) => join_path(state_path, l),
+            None => state_path.to_string(),
+        };
+        if key.is_empty() {
+            return Err(Error::invalid(
+                "Init::param",
+                "a parameter needs a non-empty path",
+            ));
+        }
+        if self.params.iter().any(|(p, _)| p.key == key) {
+            return Err(Error::invalid(
+                "Init::param",
+                format!("parameter `{key}` is declared twice"),
+            ));
+        }
+        let value = value.cast(self.dtype)?;
+        self.params.push((
+            ParamInfo {
+                key,
+                state_path: state_path.to_string(),
+                leaf: leaf.map(str::to_string),
+            },
+            value,
+        ));
+        Ok(())
+    }
+    /// Declare a hidden state with its per-sample shape (initialised to zeros).
+    pub fn hidden(&mut self, path: &str, shape: &[usize]) -> Result<()> {
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "Init::hidden",
+                "a hidden state needs a non-empty path",
+            ));
+        }
+        if self.hidden.iter().any(|h| h.path == path) {
+            return Err(Error::invalid(
+                "Init::hidden",
+                format!("hidden state `{path}` is declared twice"),
+            ));
+        }
+        self.hidden.push(HiddenInfo {
+            path: path.to_string(),
+            shape: shape.to_vec(),
+        });
+        Ok(())
+    }
+}
+
+/// A recurrent model: it declares its parameters and hidden states once and
+/// computes one time step with [`Tensor`] ops and ETP ops.
+///
+/// The step reads parameters and old hidden states from the [`StepCtx`],
+/// writes the new hidden states back and returns the step's output. It must
+/// be a pure function of what it reads (it is traced into a graph).
+pub trait Model {
+    /// Declare parameters (with initial values) and hidden states.
+    fn init(&self, init: &mut Init) -> Result<()>;
+    /// Compute one step.
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor>;
+}
+
+/// What a [`Model::step`] reads and writes: parameter values, old hidden
+/// values, and the new hidden values it sets.
+pub struct StepCtx<'a> {
+    params: &'a [ParamInfo],
+    param_values: &'a [Tensor],
+    hidden: &'a [HiddenInfo],
+    hidden_values: &'a [Tensor],
+    new_hidden: Vec<Option<Tensor>>,
+}
+
+impl<'a> StepCtx<'a> {
+    /// A context over parameter and hidden values (in declaration order).
+    pub fn new(
+        params: &'a [ParamInfo],
+        param_values: &'a [Tensor],
+        hidden: &'a [HiddenInfo],
+        hidden_values: &'a [Tensor],
+    ) -> Self {
+        StepCtx {
+            params,
+            param_values,
+            hidden,
+            hidden_values,
+            new_hidden: vec![None; hidden.len()],
+        }
+    }
+    /// The value of the parameter leaf `key` (`rnn/Wz/weight/weight`).
+    pub fn param(&self, key: &str) -> Result<Tensor> {
+        self.params
+            .iter()
+            .position(|p| p.key == key)
+            .map(|i| self.param_values[i].clone())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "Model::step",
+                    format!(
+                        "no parameter `{key}` was declared (declared: {})",
+                        list(self.params.iter().map(|p| p.key.as_str()))
+                    ),
+                )
+            })
+    }
+    fn hidden_index(&self, path: &str) -> Result<usize> {
+        self.hidden
+            .iter()
+            .position(|h| h.path == path)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "Model::step",
+                    format!(
+                        "no hidden state `{path}` was declared (declared: {})",
+                        list(self.hidden.iter().map(|h| h.path.as_str()))
+                    ),
+                )
+            })
+    }
+    /// The old value of the hidden state `path`.
+    pub fn hidden(&self, path: &str) -> Result<Tensor> {
+        Ok(self.hidden_values[self.hidden_index(path)?].clone())
+    }
+    /// Set the new value of the hidden state `path` (same shape and dtype as
+    /// the old one).
+    pub fn set_hidden(&mut self, path: &str, value: Tensor) -> Result<()> {
+        let i = self.hidden_index(path)?;
+        let old = &self.hidden_values[i];
+        if value.shape() != old.shape() || value.dtype() != old.dtype() {
+            return Err(Error::shape(
+                "Model::step",
+                format!("new {} vs old {}", value.aval(), old.aval()),
+                format!("hidden state `{path}` must keep its shape and dtype"),
+            ));
+        }
+        self.new_hidden[i] = Some(value);
+        Ok(())
+    }
+    /// The new hidden values (old values where the step set none).
+    pub fn into_new_hidden(self) -> Vec<Tensor> {
+        self.new_hidden
+            .into_iter()
+            .zip(self.hidden_values)
+            .map(|(n, o)| n.unwrap_or_else(|| o.clone()))
+            .collect()
+    }
+}
+
+fn list<'s>(it: impl Iterator<Item = &'s str>) -> String {
+    let v: Vec<&str> = it.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// A model's parameter and hidden values, with their declarations.
+#[derive(Clone, Debug)]
+pub struct ModelState {
+    dtype: DType,
+    params: Vec<ParamInfo>,
+    param_values: Vec<Tensor>,
+    hidden: Vec<HiddenInfo>,
+    hidden_values: Vec<Tensor>,
+    batch: Option<usize>,
+}
+
+impl ModelState {
+    /// Declare `model`'s parameters (initialised from `seed`) and hidden
+    /// states (zeros, with a leading batch axis when `batch` is given).
+    pub fn new<M: Model + ?Sized>(
+        model: &M,
+        dtype: DType,
+        seed: u64,
+        batch: Option<usize>,
+    ) -> Result<Self> {
+        if !dtype.is_float() {
+            return Err(Error::dtype(
+                "ModelState::new",
+                format!("model state must be f32 or f64, not {dtype:?}"),
+            ));
+        }
+        let mut init = Init::new(dtype, seed);
+        model.init(&mut init)?;
+        let (params, param_values) = init.params.into_iter().unzip();
+        let mut s = ModelState {
+            dtype,
+            params,
+            param_values,
+            hidden: init.hidden,
+            hidden_values: Vec::new(),
+            batch,
+        };
+        s.reset_hidden(batch)?;
+        Ok(s)
+    }
+    /// The dtype of every parameter and state.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The batch size hidden states were reset to.
+    pub fn batch(&self) -> Option<usize> {
+        self.batch
+    }
+    /// Parameter declarations, in declaration order.
+    pub fn param_infos(&self) -> &[ParamInfo] {
+        &self.params
+    }
+    /// Parameter values, parallel to [`ModelState::param_infos`].
+    pub fn param_values(&self) -> &[Tensor] {
+        &self.param_values
+    }
+    /// Hidden-state declarations, in declaration order.
+    pub fn hidden_infos(&self) -> &[HiddenInfo] {
+        &self.hidden
+    }
+    /// Hidden values, parallel to [`ModelState::hidden_infos`].
+    pub fn hidden_values(&self) -> &[Tensor] {
+        &self.hidden_values
+    }
+    /// All parameters keyed by leaf key.
+    pub fn params(&self) -> TensorDict {
+        self.params
+            .iter()
+            .zip(&self.param_values)
+            .map(|(p, v)| (p.key.clone(), v.clone()))
+            .collect()
+    }
+    /// All hidden states keyed by path.
+    pub fn hidden(&self) -> TensorDict {
+        self.hidden
+            .iter()
+            .zip(&self.hidden_values)
+            .map(|(h, v)| (h.path.clone(), v.clone()))
+            .collect()
+    }
+    fn param_index(&self, key: &str) -> Result<usize> {
+        self.params
+            .iter()
+            .position(|p| p.key == key)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "ModelState",
+                    format!(
+                        "no parameter `{key}` (parameters: {})",
+                        list(self.params.iter().map(|p| p.key.as_str()))
+                    ),
+                )
+            })
+    }
+    /// The value of parameter `key`.
+    pub fn param(&self, key: &str) -> Result<&Tensor> {
+        Ok(&self.param_values[self.param_index(key)?])
+    }
+    /// Replace parameter `key` (same shape; cast to the state's dtype).
+    pub fn set_param(&mut self, key: &str, value: &Tensor) -> Result<()> {
+        let i = self.param_index(key)?;
+        if value.shape() != self.param_values[i].shape() {
+            return Err(Error::shape(
+                "ModelState::set_param",
+                format!("{:?} vs {:?}", value.shape(), self.param_values[i].shape()),
+                format!("parameter `{key}` keeps its shape"),
+            ));
+        }
+        self.param_values[i] = value.cast(self.dtype)?;
+        Ok(())
+    }
+    /// Replace several parameters at once; nothing changes if any is wrong.
+    pub fn set_params(&mut self, values: &TensorDict) -> Result<()> {
+        let mut next = self.clone();
+        for (k, v) in values {
+            next.set_param(k, v)?;
+        }
+        *self = next;
+        Ok(())
+    }
+    fn hidden_index(&self, path: &str) -> Result<usize> {
+        self.hidden
+            .iter()
+            .position(|h| h.path == path)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "ModelState",
+                    format!(
+                        "no hidden state `{path}` (hidden states: {})",
+                        list(self.hidden.iter().map(|h| h.path.as_str()))
+                    ),
+                )
+            })
+    }
+    /// The current value of hidden state `path`.
+    pub fn hidden_value(&self, path: &str) -> Result<&Tensor> {
+        Ok(&self.hidden_values[self.hidden_index(path)?])
+    }
+    /// Replace hidden state `path` (same shape; cast to the state's dtype).
+    pub fn set_hidden(&mut self, path: &str, value: &Tensor) -> Result<()> {
+        let i = self.hidden_index(path)?;
+        if value.shape() != self.hidden_values[i].shape() {
+            return Err(Error::shape(
+                "ModelState::set_hidden",
+                format!("{:?} vs {:?}", value.shape(), self.hidden_values[i].shape()),
+                format!("hidden state `{path}` keeps its shape"),
+            ));
+        }
+        self.hidden_values[i] = value.cast(self.dtype)?;
+        Ok(())
+    }
+    /// Replace every hidden value (declaration order), as returned by a step.
+    pub(crate) fn replace_hidden(&mut self, values: Vec<Tensor>) {
+        debug_assert_eq!(values.len(), self.hidden_values.len());
+        self.hidden_values = values;
+    }
+    /// Reset every hidden state to zeros, with a leading batch axis of size
+    /// `batch` when given.
+    pub fn reset_hidden(&mut self, batch: Option<usize>) -> Result<()> {
+        if batch == Some(0) {
+            return Err(Error::invalid(
+                "reset_hidden",
+                "the batch size must be at least 1",
+            ));
+        }
+        self.batch = batch;
+        self.hidden_values = self
+            .hidden
+            .iter()
+            .map(|h| Tensor::zeros(&self.full_shape(&h.shape), self.dtype))
+            .collect();
+        Ok(())
+    }
+    fn full_shape(&self, shape: &[usize]) -> Vec<usize> {
+        let mut s: Vec<usize> = self.batch.into_iter().collect();
+        s.extend_from_slice(shape);
+        s
+    }
+    /// Run one step of `model` eagerly: the output and the new hidden values
+    /// (the state itself is not changed).
+    pub fn step<M: Model + ?Sized>(&self, model: &M, x: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+        step_values(
+            model,
+            &self.params,
+            &self.param_values,
+            &self.hidden,
+            &self.hidden_values,
+            x,
+        )
+    }
+    /// Run one step and keep the new hidden values; returns the output.
+    pub fn advance<M: Model + ?Sized>(&mut self, model: &M, x: &Tensor) -> Result<Tensor> {
+        let (out, h) = self.step(model, x)?;
+        self.hidden_values = h;
+        Ok(out)
+    }
+}
+
+/// Run `model.step` on explicit values (concrete or symbolic).
+pub fn step_values<M: Model + ?Sized>(
+    model: &M,
+    params: &[ParamInfo],
+    param_values: &[Tensor],
+    hidden: &[HiddenInfo],
+    hidden_values: &[Tensor],
+    x: &Tensor,
+) -> Result<(Tensor, Vec<Tensor>)> {
+    let mut ctx = StepCtx::new(params, param_values, hidden, hidden_values);
+    let out = model.step(&mut ctx, x)?;
+    Ok((out, ctx.into_new_hidden()))
+}

@@ -1,0 +1,181 @@
+//! Seeded initialisers: Kaiming normal, orthogonal and zeros, as braintrace's
+//! layers use them by default.
+
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+
+/// The random number generator initialisers draw from (seeded, reproducible).
+pub struct Rng(StdRng);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn seed(seed: u64) -> Self {
+        Rng(StdRng::seed_from_u64(seed))
+    }
+    /// A uniform draw in `[0, 1)`.
+    pub fn uniform(&mut self) -> f64 {
+        self.0.random::<f64>()
+    }
+    /// A standard normal draw (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    /// An integer draw in `[0, n)`.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0.random_range(0..n.max(1))
+    }
+}
+
+/// How a parameter is initialised.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Initializer {
+    /// All zeros.
+    Zeros,
+    /// A constant.
+    Constant(f64),
+    /// `N(0, scale / fan_in)` with `fan_in = shape[0]` (braintrace's
+    /// `KaimingNormal`: `scale = 2`).
+    KaimingNormal {
+        /// The variance scale (2 for ReLU-style gain).
+        scale: f64,
+    },
+    /// A (semi-)orthogonal matrix times `scale` (braintrace's `Orthogonal`).
+    Orthogonal {
+        /// The gain.
+        scale: f64,
+    },
+    /// `N(0, std²)`.
+    Normal {
+        /// The standard deviation.
+        std: f64,
+    },
+}
+
+impl Initializer {
+    /// `KaimingNormal { scale: 2 }`, braintrace's default for `Linear`.
+    pub fn kaiming_normal() -> Self {
+        Initializer::KaimingNormal { scale: 2.0 }
+    }
+    /// `Orthogonal { scale: 1 }`, braintrace's default for `GRUCell`.
+    pub fn orthogonal() -> Self {
+        Initializer::Orthogonal { scale: 1.0 }
+    }
+    /// Draw a tensor of `shape` and `dtype`.
+    pub fn draw(&self, shape: &[usize], dtype: DType, rng: &mut Rng) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        let data: Vec<f64> = match *self {
+            Initializer::Zeros => vec![0.0; n],
+            Initializer::Constant(c) => vec![c; n],
+            Initializer::Normal { std } => (0..n).map(|_| std * rng.normal()).collect(),
+            Initializer::KaimingNormal { scale } => {
+                let fan_in = shape.first().copied().unwrap_or(1).max(1) as f64;
+                let std = (scale / fan_in).sqrt();
+                (0..n).map(|_| std * rng.normal()).collect()
+            }
+            Initializer::Orthogonal { scale } => orthogonal(shape, scale, rng)?,
+        };
+        Tensor::from_vec(data, shape)?.cast(dtype)
+    }
+}
+
+/// Rows of `(prod(shape[..-1]), shape[-1])` made orthonormal (or columns,
+/// when there are fewer rows than columns), by Gram–Schmidt on a normal draw
+/// with the QR sign convention (`q · sign(diag(r))`).
+fn orthogonal(shape: &[usize], scale: f64, rng: &mut Rng) -> Result<Vec<f64>> {
+    if shape.len() < 2 {
+        return Err(Error::shape(
+            "Initializer::Orthogonal",
+            format!("{shape:?}"),
+            "needs a shape of rank 2 or more",
+        ));
+    }
+    let cols = *shape.last().expect("rank >= 2");
+    let rows: usize = shape[..shape.len() - 1].iter().product();
+    // Orthonormalise the columns of a tall (m, k) matrix, k <= m.
+    let (m, k, transpose) = if rows < cols {
+        (cols, rows, true)
+    } else {
+        (rows, cols, false)
+    };
+    let mut a: Vec<Vec<f64>> = (0..k)
+        .map(|_| (0..m).map(|_| rng.normal()).collect())
+        .collect();
+    for j in 0..k {
+        for i in 0..j {
+            let d: f64 = (0..m).map(|p| a[i][p] * a[j][p]).sum();
+            let (head, tail) = a.split_at_mut(j);
+            for (x, y) in tail[0].iter_mut().zip(&head[i]) {
+                *x -= d * y;
+            }
+        }
+        let norm = (0..m).map(|p| a[j][p] * a[j][p]).sum::<f64>().sqrt();
+        if norm == 0.0 {
+            return Err(Error::invalid("Initializer::Orthogonal", "degenerate draw"));
+        }
+        for x in a[j].iter_mut() {
+            *x /= norm;
+        }
+    }
+    let mut out = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[r * cols + c] = scale * if transpose { a[r][c] } else { a[c][r] };
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orthogonal_rows_and_columns_are_orthonormal() {
+        for shape in [[6usize, 4], [3, 7]] {
+            let t = Initializer::orthogonal()
+                .draw(&shape, DType::F64, &mut Rng::seed(3))
+                .unwrap();
+            let v = t.to_vec_f64().unwrap();
+            let (r, c) = (shape[0], shape[1]);
+            // Gram matrix of the smaller side must be the identity.
+            let tall = r >= c;
+            let (n, len) = if tall { (c, r) } else { (r, c) };
+            let at = |i: usize, p: usize| if tall { v[p * c + i] } else { v[i * c + p] };
+            for i in 0..n {
+                for j in 0..n {
+                    let d: f64 = (0..len).map(|p| at(i, p) * at(j, p)).sum();
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((d - want).abs() < 1e-12, "{shape:?} gram[{i},{j}] = {d}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kaiming_normal_has_the_fan_in_variance() {
+        let t = Initializer::kaiming_normal()
+            .draw(&[200, 300], DType::F64, &mut Rng::seed(1))
+            .unwrap();
+        let v = t.to_vec_f64().unwrap();
+        let var = v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64;
+        assert!(
+            (var - 2.0 / 200.0).abs() < 0.05 * 2.0 / 200.0,
+            "variance {var}"
+        );
+    }
+
+    #[test]
+    fn same_seed_same_draw() {
+        let a = Initializer::kaiming_normal()
+            .draw(&[4, 5], DType::F32, &mut Rng::seed(9))
+            .unwrap();
+        let b = Initializer::kaiming_normal()
+            .draw(&[4, 5], DType::F32, &mut Rng::seed(9))
+            .unwrap();
+        assert_eq!(a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+    }
+}

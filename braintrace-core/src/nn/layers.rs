@@ -1,0 +1,258 @@
+//! Rate layers: `Linear`, `GruCell`, `LeakyRateReadout`, `ElementWiseParam`.
+
+use super::init::Initializer;
+use crate::error::Result;
+use crate::etp::ElemFn;
+use crate::learn::{join_path, Init, Model, StepCtx};
+use crate::prims::{element_wise, matmul, Transforms};
+use crate::tensor::Tensor;
+
+/// `y = x @ W + b` through the ETP matmul (`etp_mm` for a batched `x`).
+/// One parameter state `<path>/weight` holding the leaves `weight` `(in, out)`
+/// and `bias` `(out,)`, as braintrace's `nn.Linear`.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    /// The layer's path (`rnn/Wz`).
+    pub path: String,
+    /// Input features.
+    pub n_in: usize,
+    /// Output features.
+    pub n_out: usize,
+    /// Whether there is a bias leaf.
+    pub bias: bool,
+    /// Weight initialiser (default Kaiming normal).
+    pub w_init: Initializer,
+    /// Bias initialiser (default zeros).
+    pub b_init: Initializer,
+    /// Optional element-wise transform of the weight inside the primitive.
+    pub weight_fn: Option<ElemFn>,
+}
+
+impl Linear {
+    /// A linear layer with bias, Kaiming-normal weights and zero bias.
+    pub fn new(path: &str, n_in: usize, n_out: usize) -> Self {
+        Linear {
+            path: path.to_string(),
+            n_in,
+            n_out,
+            bias: true,
+            w_init: Initializer::kaiming_normal(),
+            b_init: Initializer::Zeros,
+            weight_fn: None,
+        }
+    }
+    /// Without a bias.
+    pub fn without_bias(mut self) -> Self {
+        self.bias = false;
+        self
+    }
+    /// With another weight initialiser.
+    pub fn with_init(mut self, w_init: Initializer) -> Self {
+        self.w_init = w_init;
+        self
+    }
+    /// The parameter state's path (`<path>/weight`).
+    pub fn state_path(&self) -> String {
+        join_path(&self.path, "weight")
+    }
+    /// The key of the weight leaf (`<path>/weight/weight`).
+    pub fn weight_key(&self) -> String {
+        join_path(&self.state_path(), "weight")
+    }
+    /// The key of the bias leaf (`<path>/weight/bias`).
+    pub fn bias_key(&self) -> String {
+        join_path(&self.state_path(), "bias")
+    }
+}
+
+impl Model for Linear {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let dt = init.dtype();
+        let w = self.w_init.draw(&[self.n_in, self.n_out], dt, init.rng())?;
+        init.param(&self.state_path(), Some("weight"), w)?;
+        if self.bias {
+            let b = self.b_init.draw(&[self.n_out], dt, init.rng())?;
+            init.param(&self.state_path(), Some("bias"), b)?;
+        }
+        Ok(())
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let w = ctx.param(&self.weight_key())?;
+        let b = if self.bias {
+            Some(ctx.param(&self.bias_key())?)
+        } else {
+            None
+        };
+        let t = Transforms {
+            weight_fn: self.weight_fn.clone(),
+            ..Transforms::default()
+        };
+        matmul(x, &w, b.as_ref(), &t)
+    }
+}
+
+/// Concatenate on the last axis.
+pub(crate) fn cat_last(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    crate::ops::concat(&[a.clone(), b.clone()], a.ndim().saturating_sub(1))
+}
+
+/// braintrace's `nn.GRUCell`: three `Linear`s `Wz`, `Wr`, `Wh` over
+/// `[x, h]` (orthogonal weights, zero biases) and the hidden state `<path>/h`.
+///
+/// ```text
+/// z = σ([x, h] Wz + bz);  r = σ([x, h] Wr + br)
+/// h̃ = tanh([x, r ⊙ h] Wh + bh);  h' = (1 − z) ⊙ h + z ⊙ h̃
+/// ```
+#[derive(Clone, Debug)]
+pub struct GruCell {
+    /// The cell's path (`rnn`).
+    pub path: String,
+    /// Update gate.
+    pub wz: Linear,
+    /// Reset gate.
+    pub wr: Linear,
+    /// Candidate.
+    pub wh: Linear,
+    /// Hidden size.
+    pub n_rec: usize,
+}
+
+impl GruCell {
+    /// A GRU cell with `n_in` inputs and `n_rec` hidden units.
+    pub fn new(path: &str, n_in: usize, n_rec: usize) -> Self {
+        let lin = |name: &str| {
+            Linear::new(&join_path(path, name), n_in + n_rec, n_rec)
+                .with_init(Initializer::orthogonal())
+        };
+        GruCell {
+            path: path.to_string(),
+            wz: lin("Wz"),
+            wr: lin("Wr"),
+            wh: lin("Wh"),
+            n_rec,
+        }
+    }
+    /// The hidden state's path (`<path>/h`).
+    pub fn hidden_path(&self) -> String {
+        join_path(&self.path, "h")
+    }
+}
+
+impl Model for GruCell {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.wz.init(init)?;
+        self.wr.init(init)?;
+        self.wh.init(init)?;
+        init.hidden(&self.hidden_path(), &[self.n_rec])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden(&self.hidden_path())?;
+        let xh = cat_last(x, &h)?;
+        let z = self.wz.step(ctx, &xh)?.sigmoid()?;
+        let r = self.wr.step(ctx, &xh)?.sigmoid()?;
+        let xrh = cat_last(x, &r.mul(&h)?)?;
+        let hc = self.wh.step(ctx, &xrh)?.tanh()?;
+        // (1 - z) h + z hc
+        let one_minus_z = z.neg()?.add_scalar(1.0)?;
+        let h_new = one_minus_z.mul(&h)?.add(&z.mul(&hc)?)?;
+        ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
+        Ok(h_new)
+    }
+}
+
+/// braintrace's `nn.LeakyRateReadout`: `r' = exp(−dt/τ)·r + x @ W` (no bias),
+/// a bare parameter `<path>/W` (Kaiming normal) and the hidden state
+/// `<path>/r`, which is also the output.
+#[derive(Clone, Debug)]
+pub struct LeakyRateReadout {
+    /// The layer's path (`readout`).
+    pub path: String,
+    /// Input features.
+    pub n_in: usize,
+    /// Output features.
+    pub n_out: usize,
+    /// The decay per step, `exp(−dt/τ)`.
+    pub decay: f64,
+    /// Weight initialiser.
+    pub w_init: Initializer,
+}
+
+impl LeakyRateReadout {
+    /// A readout with time constant `tau` and step `dt` (same unit).
+    pub fn new(path: &str, n_in: usize, n_out: usize, tau: f64, dt: f64) -> Self {
+        LeakyRateReadout {
+            path: path.to_string(),
+            n_in,
+            n_out,
+            decay: (-dt / tau).exp(),
+            w_init: Initializer::kaiming_normal(),
+        }
+    }
+    /// The weight key (`<path>/W`).
+    pub fn weight_key(&self) -> String {
+        join_path(&self.path, "W")
+    }
+    /// The hidden state's path (`<path>/r`).
+    pub fn hidden_path(&self) -> String {
+        join_path(&self.path, "r")
+    }
+}
+
+impl Model for LeakyRateReadout {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let w = self
+            .w_init
+            .draw(&[self.n_in, self.n_out], init.dtype(), init.rng())?;
+        init.param(&self.weight_key(), None, w)?;
+        init.hidden(&self.hidden_path(), &[self.n_out])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let r = ctx.hidden(&self.hidden_path())?;
+        let w = ctx.param(&self.weight_key())?;
+        let y = matmul(x, &w, None, &Transforms::default())?;
+        let r_new = r.mul_scalar(self.decay)?.add(&y)?;
+        ctx.set_hidden(&self.hidden_path(), r_new.clone())?;
+        Ok(r_new)
+    }
+}
+
+/// A trainable element-wise parameter seen through `etp_elemwise`:
+/// `step` ignores its input and returns `weight_fn(w)` (for example a
+/// per-unit decay `σ(raw)`). A bare parameter at `path`.
+#[derive(Clone, Debug)]
+pub struct ElementWiseParam {
+    /// The parameter's key.
+    pub path: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// The transform applied inside the primitive.
+    pub weight_fn: Option<ElemFn>,
+    /// Initialiser.
+    pub init: Initializer,
+}
+
+impl ElementWiseParam {
+    /// A parameter of `shape` at `path`, transformed by `weight_fn`.
+    pub fn new(path: &str, shape: &[usize], weight_fn: Option<ElemFn>) -> Self {
+        ElementWiseParam {
+            path: path.to_string(),
+            shape: shape.to_vec(),
+            weight_fn,
+            init: Initializer::Normal { std: 1.0 },
+        }
+    }
+    /// `weight_fn(w)` as one `etp_elemwise` equation.
+    pub fn value(&self, ctx: &StepCtx) -> Result<Tensor> {
+        element_wise(&ctx.param(&self.path)?, self.weight_fn.clone())
+    }
+}
+
+impl Model for ElementWiseParam {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let w = self.init.draw(&self.shape, init.dtype(), init.rng())?;
+        init.param(&self.path, None, w)
+    }
+    fn step(&self, ctx: &mut StepCtx, _x: &Tensor) -> Result<Tensor> {
+        self.value(ctx)
+    }
+}

@@ -1,0 +1,16 @@
+//! Layers for recurrent and spiking networks, written with `Tensor` ops and
+//! ETP ops so that the learning compiler sees their trainable operations:
+//! [`Linear`], [`GruCell`], [`LifCell`], [`LeakyRateReadout`],
+//! [`ExpSynapse`] and [`ElementWiseParam`]; seeded [`init`]ialisers.
+//!
+//! Every layer implements [`Model`](crate::learn::Model): `init` declares its
+//! parameters and hidden states under its path, `step` computes one time
+//! step. Composite models call their layers' `step` in turn.
+
+pub mod init;
+mod layers;
+mod spiking;
+
+pub use init::{Initializer, Rng};
+pub use layers::{ElementWiseParam, GruCell, LeakyRateReadout, Linear};
+pub use spiking::{ExpSynapse, LifCell};

@@ -1,0 +1,126 @@
+//! Spiking layers: an exponential synapse and a current-based LIF cell with
+//! recurrent spikes, soft reset and a surrogate spike gradient.
+
+use super::layers::{cat_last, Linear};
+use crate::error::Result;
+use crate::learn::{join_path, Init, Model, StepCtx};
+use crate::tensor::Tensor;
+
+/// The Heaviside spike `1[u > 0]` with braintrace's default arctan surrogate
+/// derivative `1 / (1 + (πu)²)`.
+pub fn spike(u: &Tensor) -> Result<Tensor> {
+    // step(u) + s(u) − stop_gradient(s(u)), s(u) = atan(πu)/π: the value is the
+    // step, the derivative is s'(u) = 1/(1 + (πu)²).
+    let pi = std::f64::consts::PI;
+    let s = u.mul_scalar(pi)?.atan()?.mul_scalar(1.0 / pi)?;
+    u.step()?.add(&s)?.sub(&s.stop_gradient()?)
+}
+
+/// An exponential synapse: `g' = exp(−dt/τ)·g + input`; hidden `<path>/g`.
+#[derive(Clone, Debug)]
+pub struct ExpSynapse {
+    /// The synapse's path.
+    pub path: String,
+    /// Number of units.
+    pub n: usize,
+    /// Decay per step.
+    pub decay: f64,
+}
+
+impl ExpSynapse {
+    /// A synapse of `n` units with time constant `tau` and step `dt`.
+    pub fn new(path: &str, n: usize, tau: f64, dt: f64) -> Self {
+        ExpSynapse {
+            path: path.to_string(),
+            n,
+            decay: (-dt / tau).exp(),
+        }
+    }
+    /// The hidden state's path (`<path>/g`).
+    pub fn hidden_path(&self) -> String {
+        join_path(&self.path, "g")
+    }
+}
+
+impl Model for ExpSynapse {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        init.hidden(&self.hidden_path(), &[self.n])
+    }
+    fn step(&self, ctx: &mut StepCtx, input: &Tensor) -> Result<Tensor> {
+        let g = ctx.hidden(&self.hidden_path())?;
+        let g_new = g.mul_scalar(self.decay)?.add(input)?;
+        ctx.set_hidden(&self.hidden_path(), g_new.clone())?;
+        Ok(g_new)
+    }
+}
+
+/// A current-based LIF cell with recurrent spikes and soft reset (the golden
+/// `lif` model):
+///
+/// ```text
+/// s  = S(v − v_th)                      (previous spikes)
+/// i' = γ·i + [x, s] @ W + b             (Linear `<path>/rec`)
+/// v' = β·(v − v_th·s) + i'
+/// out = S(v' − v_th)
+/// ```
+///
+/// Hidden states `<path>/i` and `<path>/v` (one group of two states).
+#[derive(Clone, Debug)]
+pub struct LifCell {
+    /// The cell's path (may be empty).
+    pub path: String,
+    /// The recurrent input layer over `[x, s]`.
+    pub rec: Linear,
+    /// Number of neurons.
+    pub n_rec: usize,
+    /// Membrane decay β.
+    pub beta: f64,
+    /// Current decay γ.
+    pub gamma: f64,
+    /// Threshold.
+    pub v_th: f64,
+}
+
+impl LifCell {
+    /// A cell with `n_in` inputs and `n_rec` neurons.
+    pub fn new(path: &str, n_in: usize, n_rec: usize, beta: f64, gamma: f64, v_th: f64) -> Self {
+        LifCell {
+            path: path.to_string(),
+            rec: Linear::new(&join_path(path, "rec"), n_in + n_rec, n_rec),
+            n_rec,
+            beta,
+            gamma,
+            v_th,
+        }
+    }
+    /// The current's path.
+    pub fn current_path(&self) -> String {
+        join_path(&self.path, "i")
+    }
+    /// The membrane potential's path.
+    pub fn voltage_path(&self) -> String {
+        join_path(&self.path, "v")
+    }
+}
+
+impl Model for LifCell {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.rec.init(init)?;
+        init.hidden(&self.current_path(), &[self.n_rec])?;
+        init.hidden(&self.voltage_path(), &[self.n_rec])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let i = ctx.hidden(&self.current_path())?;
+        let v = ctx.hidden(&self.voltage_path())?;
+        let s = spike(&v.sub_scalar(self.v_th)?)?;
+        let y = self.rec.step(ctx, &cat_last(x, &s)?)?;
+        let i_new = i.mul_scalar(self.gamma)?.add(&y)?;
+        let v_new = v
+            .sub(&s.mul_scalar(self.v_th)?)?
+            .mul_scalar(self.beta)?
+            .add(&i_new)?;
+        ctx.set_hidden(&self.current_path(), i_new)?;
+        ctx.set_hidden(&self.voltage_path(), v_new.clone())?;
+        spike(&v_new.sub_scalar(self.v_th)?)
+    }
+}
