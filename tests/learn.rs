@@ -1,0 +1,566 @@
+//! Online learning: D-RTRL equals BPTT on diagonal models for every built-in
+//! primitive a diagonal model can use and for a user-defined primitive; the
+//! non-temporal option; pp_prop identities; bad input gets clear errors and
+//! leaves the learner unchanged.
+
+mod learn_support;
+
+use braintrace::etp::ElemFn;
+use braintrace::learn::{
+    bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Init, Model, ModelState, NonTemporal,
+    PpProp, Reduction, StepCtx, TensorDict, VjpMethod,
+};
+use braintrace::nn::{Initializer, Rng};
+use braintrace::ops::{ConvPadding, ConvParams};
+use braintrace::prelude::*;
+use braintrace::prims::{conv, lora_matmul, matmul, sparse_matmul, CsrStructure, Transforms};
+use learn_support::models::{DiagNet, GruNet, LifNet};
+
+// ------------------------------------------------------------ the user primitive (the seed's)
+
+/// y = scale * (x @ w), x `(B, I)`, w `(I, O)`.
+#[etp_primitive(name = "etp_my_op_learn", batched, x = x, weight = w)]
+fn my_op(x: &Tensor, w: &Tensor, #[param] scale: f64) -> Result<Tensor> {
+    x.matmul(w)?.mul_scalar(scale)
+}
+
+#[yw_to_w(my_op)]
+fn my_op_yw_to_w(hidden: &Tensor, trace: &Tensor, _p: &my_op::Params) -> Result<Tensor> {
+    trace.mul(&hidden.expand_dims(hidden.ndim() - 1)?)
+}
+
+#[xy_to_dw(my_op)]
+fn my_op_xy_to_dw(x: &Tensor, hidden: &Tensor, _w: &Tensor, p: &my_op::Params) -> Result<Tensor> {
+    let xt_h = if x.ndim() == 1 {
+        x.expand_dims(1)?.mul(&hidden.expand_dims(0)?)?
+    } else {
+        x.t()?.matmul(hidden)?
+    };
+    xt_h.mul_scalar(p.scale)
+}
+
+#[init_drtrl(my_op)]
+fn my_op_init_drtrl(x: &Aval, y: &Aval, w: &Aval, num_hidden_state: usize) -> Result<Tensor> {
+    let shape = [&[x.shape()[0]], w.shape(), &[num_hidden_state]].concat();
+    Ok(Tensor::zeros(&shape, y.dtype()))
+}
+
+#[init_pp(my_op)]
+fn my_op_init_pp(_x: &Aval, y: &Aval, _w: &Aval, num_hidden_state: usize) -> Result<Tensor> {
+    Ok(Tensor::zeros(
+        &[y.shape(), &[num_hidden_state]].concat(),
+        y.dtype(),
+    ))
+}
+
+// ------------------------------------------------------------ a leaky integrator over any op
+
+type Op = Box<dyn Fn(&StepCtx, &Tensor) -> Result<Tensor>>;
+
+/// `h' = λ h + tanh(op(x))`, output `h'`: the cut hidden Jacobian is the
+/// true one, so D-RTRL is exact.
+struct LeakyOver {
+    params: Vec<(String, Vec<usize>)>,
+    hidden: Vec<usize>,
+    lambda: f64,
+    op: Op,
+}
+
+impl Model for LeakyOver {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        for (k, s) in &self.params {
+            let v = Initializer::Normal { std: 0.6 }.draw(s, init.dtype(), init.rng())?;
+            init.param(k, None, v)?;
+        }
+        init.hidden("h", &self.hidden)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden("h")?;
+        let y = (self.op)(ctx, x)?;
+        let h_new = h.mul_scalar(self.lambda)?.add(&y.tanh()?)?;
+        ctx.set_hidden("h", h_new.clone())?;
+        Ok(h_new)
+    }
+}
+
+fn leaky(params: &[(&str, &[usize])], hidden: &[usize], op: Op) -> LeakyOver {
+    LeakyOver {
+        params: params
+            .iter()
+            .map(|(k, s)| (k.to_string(), s.to_vec()))
+            .collect(),
+        hidden: hidden.to_vec(),
+        lambda: 0.7,
+        op,
+    }
+}
+
+fn draw(shape: &[usize], seed: u64) -> Tensor {
+    Initializer::Normal { std: 1.0 }
+        .draw(shape, DType::F64, &mut Rng::seed(seed))
+        .unwrap()
+}
+
+fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
+    o.sub(y)?.square()?.mean_all()
+}
+
+fn assert_dicts_close(what: &str, got: &TensorDict, want: &TensorDict, tol: f64) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{what}: keys"
+    );
+    for (k, w) in want {
+        let (g, w) = (got[k].to_vec_f64().unwrap(), w.to_vec_f64().unwrap());
+        let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * scale,
+                "{what}[{k}] element {i}: online {a} vs BPTT {b} (|diff| {:e})",
+                (a - b).abs()
+            );
+        }
+    }
+}
+
+/// Run D-RTRL (and report BPTT) on `model` over T = 6 random steps.
+fn online_vs_bptt<M: Model>(
+    model: M,
+    batch: Option<usize>,
+    x_shape: &[usize],
+    algo: Algorithm,
+) -> (TensorDict, TensorDict) {
+    let state = ModelState::new(&model, DType::F64, 7, batch).unwrap();
+    let t = 6;
+    let xs = draw(&[&[t], x_shape].concat(), 11);
+    let (out, _) = state.step(&model, &xs.index_axis0(0).unwrap()).unwrap();
+    let ys = draw(&[&[t], out.shape()].concat(), 12);
+    let bptt = bptt_grad(&model, &state, &xs, &ys, mse, Reduction::Mean).unwrap();
+    let x0 = xs.index_axis0(0).unwrap();
+    let mut learner = compile(model, state, algo, &x0, batch).unwrap();
+    let online = learner.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap();
+    for (k, g) in &online.grads {
+        assert!(
+            g.to_vec_f64().unwrap().iter().any(|v| v.abs() > 1e-8),
+            "gradient of {k} is zero: the test would not see a wrong trace"
+        );
+    }
+    (online.grads, bptt.grads)
+}
+
+fn exact(name: &str, model: LeakyOver, batch: Option<usize>, x_shape: &[usize]) {
+    let (online, bptt) = online_vs_bptt(model, batch, x_shape, DRtrl::default().into());
+    assert_dicts_close(name, &online, &bptt, 1e-12);
+}
+
+fn p(ctx: &StepCtx, k: &str) -> Result<Tensor> {
+    ctx.param(k)
+}
+
+#[test]
+fn drtrl_equals_bptt_dense_mm_and_mv() {
+    let op = || -> Op {
+        Box::new(|c, x| matmul(x, &p(c, "W")?, Some(&p(c, "b")?), &Transforms::default()))
+    };
+    exact(
+        "mm",
+        leaky(&[("W", &[3, 4]), ("b", &[4])], &[4], op()),
+        Some(2),
+        &[2, 3],
+    );
+    exact(
+        "mv",
+        leaky(&[("W", &[3, 4]), ("b", &[4])], &[4], op()),
+        None,
+        &[3],
+    );
+}
+
+#[test]
+fn drtrl_equals_bptt_dense_with_transforms() {
+    let op: Op = Box::new(|c, x| {
+        let t = Transforms {
+            weight_fn: ElemFn::builtin("tanh"),
+            bias_fn: ElemFn::builtin("softplus"),
+            ..Transforms::default()
+        };
+        matmul(x, &p(c, "W")?, Some(&p(c, "b")?), &t)
+    });
+    exact(
+        "mm hooks",
+        leaky(&[("W", &[3, 4]), ("b", &[4])], &[4], op),
+        Some(2),
+        &[2, 3],
+    );
+}
+
+#[test]
+fn drtrl_equals_bptt_conv() {
+    // NCW, VALID, stride 1: x (B, 2, 8), kernel (3, 2, 3) -> y (B, 3, 6).
+    let op: Op = Box::new(|c, x| {
+        conv(
+            x,
+            &p(c, "K")?,
+            Some(&p(c, "b")?),
+            &ConvParams::default_for(1),
+            &Transforms::default(),
+        )
+    });
+    exact(
+        "conv ncw",
+        leaky(&[("K", &[3, 2, 3]), ("b", &[3])], &[3, 6], op),
+        Some(2),
+        &[2, 2, 8],
+    );
+    // NWC / WIO / NWC, SAME, stride 2: x (B, 7, 2), kernel (3, 2, 4) -> y (B, 4, 4).
+    let op: Op = Box::new(|c, x| {
+        let cp = ConvParams::default_for(1)
+            .with_strides(&[2])
+            .with_padding(ConvPadding::Same)
+            .with_dimension_numbers("NWC", "WIO", "NWC");
+        let t = Transforms {
+            weight_fn: ElemFn::builtin("tanh"),
+            ..Transforms::default()
+        };
+        conv(x, &p(c, "K")?, Some(&p(c, "b")?), &cp, &t)
+    });
+    exact(
+        "conv nwc",
+        leaky(&[("K", &[3, 2, 4]), ("b", &[4])], &[4, 4], op),
+        Some(2),
+        &[2, 7, 2],
+    );
+}
+
+#[test]
+fn drtrl_equals_bptt_sparse() {
+    let s = CsrStructure::from_dense_pattern(3, 4, |r, c| (r + c) % 2 == 0 && r != 1);
+    let nnz = s.nnz();
+    let s1 = s.clone();
+    let op: Op = Box::new(move |c, x| {
+        sparse_matmul(
+            x,
+            &p(c, "w")?,
+            &s1,
+            Some(&p(c, "b")?),
+            &Transforms::default(),
+        )
+    });
+    exact(
+        "sp_mm",
+        leaky(&[("w", &[nnz]), ("b", &[4])], &[4], op),
+        Some(2),
+        &[2, 3],
+    );
+    let op: Op = Box::new(move |c, x| {
+        sparse_matmul(
+            x,
+            &p(c, "w")?,
+            &s,
+            Some(&p(c, "b")?),
+            &Transforms::default(),
+        )
+    });
+    exact(
+        "sp_mv",
+        leaky(&[("w", &[nnz]), ("b", &[4])], &[4], op),
+        None,
+        &[3],
+    );
+}
+
+#[test]
+fn drtrl_equals_bptt_lora() {
+    let op = || -> Op {
+        Box::new(|c, x| {
+            let t = Transforms {
+                b_fn: ElemFn::builtin("tanh"),
+                ..Transforms::default()
+            };
+            lora_matmul(x, &p(c, "B")?, &p(c, "A")?, 0.5, Some(&p(c, "b")?), &t)
+        })
+    };
+    let params: &[(&str, &[usize])] = &[("B", &[3, 2]), ("A", &[2, 4]), ("b", &[4])];
+    exact("lora_mm", leaky(params, &[4], op()), Some(2), &[2, 3]);
+    exact("lora_mv", leaky(params, &[4], op()), None, &[3]);
+}
+
+#[test]
+fn drtrl_equals_bptt_elementwise() {
+    // The golden `diag` model: a per-unit decay through etp_elemwise(sigmoid)
+    // and an input matmul.
+    let (online, bptt) = online_vs_bptt(
+        DiagNet::new(3, 4),
+        Some(2),
+        &[2, 3],
+        DRtrl::default().into(),
+    );
+    assert_dicts_close("diag", &online, &bptt, 1e-12);
+}
+
+#[test]
+fn drtrl_equals_bptt_for_a_user_defined_primitive() {
+    let op: Op = Box::new(|c, x| my_op(x, &p(c, "w")?, 0.5));
+    let model = leaky(&[("w", &[3, 4])], &[4], op);
+    // The relation of the user's primitive is found.
+    let state = ModelState::new(&model, DType::F64, 1, Some(2)).unwrap();
+    let learner = compile(
+        model,
+        state,
+        DRtrl::default(),
+        &Tensor::zeros(&[2, 3], DType::F64),
+        Some(2),
+    )
+    .unwrap();
+    let rels = learner.graph().relations();
+    assert_eq!(rels.len(), 1);
+    assert_eq!(rels[0].primitive.name(), "etp_my_op_learn");
+    assert_eq!(
+        rels[0].trainable_paths(),
+        vec![("weight".to_string(), "w".to_string())]
+    );
+    let op: Op = Box::new(|c, x| my_op(x, &p(c, "w")?, 0.5));
+    exact(
+        "my_op",
+        leaky(&[("w", &[3, 4])], &[4], op),
+        Some(2),
+        &[2, 3],
+    );
+}
+
+#[test]
+fn multi_step_over_one_step_windows_matches_bptt_for_the_readout() {
+    // Multi-step gives every parameter its in-step gradient: for a readout
+    // with no temporal influence that is its exact gradient.
+    let (online, bptt) = online_vs_bptt(
+        GruNet::new(3, 5, 2),
+        Some(2),
+        &[2, 3],
+        DRtrl::default().vjp_method(VjpMethod::MultiStep).into(),
+    );
+    for k in ["out/weight/weight", "out/weight/bias"] {
+        let one: TensorDict = [(k.to_string(), online[k].clone())].into();
+        let want: TensorDict = [(k.to_string(), bptt[k].clone())].into();
+        assert_dicts_close("multi-step readout", &one, &want, 1e-12);
+    }
+}
+
+#[test]
+fn non_temporal_parameters_zero_by_default_in_step_gradient_on_request() {
+    let run = |nt: NonTemporal| {
+        let model = GruNet::new(3, 5, 2);
+        let state = ModelState::new(&model, DType::F64, 3, Some(2)).unwrap();
+        let xs = draw(&[5, 2, 3], 1);
+        let ys = draw(&[5, 2, 2], 2);
+        let bptt = bptt_grad(&model, &state, &xs, &ys, mse, Reduction::Mean).unwrap();
+        let mut l = compile(
+            model,
+            state,
+            DRtrl::default().non_temporal(nt),
+            &Tensor::zeros(&[2, 3], DType::F64),
+            Some(2),
+        )
+        .unwrap();
+        (
+            l.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap().grads,
+            bptt.grads,
+        )
+    };
+    let (zero, _) = run(NonTemporal::Zero);
+    for k in [
+        "out/weight/weight",
+        "out/weight/bias",
+        "rnn/Wr/weight/weight",
+        "rnn/Wr/weight/bias",
+    ] {
+        assert!(
+            zero[k].to_vec_f64().unwrap().iter().all(|&v| v == 0.0),
+            "{k} must be exactly zero"
+        );
+    }
+    let (in_step, bptt) = run(NonTemporal::InStep);
+    for k in ["out/weight/weight", "out/weight/bias"] {
+        let one: TensorDict = [(k.to_string(), in_step[k].clone())].into();
+        let want: TensorDict = [(k.to_string(), bptt[k].clone())].into();
+        assert_dicts_close("in-step readout = BPTT readout", &one, &want, 1e-12);
+    }
+    assert!(in_step["rnn/Wr/weight/weight"]
+        .to_vec_f64()
+        .unwrap()
+        .iter()
+        .any(|v| v.abs() > 1e-8));
+    // Relation parameters are unaffected by the option.
+    for k in ["rnn/Wz/weight/weight", "rnn/Wh/weight/bias"] {
+        assert_eq!(
+            zero[k].to_vec_f64().unwrap(),
+            in_step[k].to_vec_f64().unwrap()
+        );
+    }
+}
+
+#[test]
+fn pp_prop_with_zero_decay_equals_drtrl_on_a_single_relation_model() {
+    // With α = 0 (rank 1) the traces are instantaneous; on a model whose
+    // hidden Jacobian is zero (h' = tanh(x @ W)) D-RTRL's trace is too.
+    let op = || -> Op { Box::new(|c, x| matmul(x, &p(c, "W")?, None, &Transforms::default())) };
+    let mut m1 = leaky(&[("W", &[3, 4])], &[4], op());
+    m1.lambda = 0.0;
+    let mut m2 = leaky(&[("W", &[3, 4])], &[4], op());
+    m2.lambda = 0.0;
+    let (d, _) = online_vs_bptt(m1, Some(2), &[2, 3], DRtrl::default().into());
+    let (pp, _) = online_vs_bptt(m2, Some(2), &[2, 3], PpProp::rank(1).unwrap().into());
+    assert_dicts_close("pp_prop(rank 1) vs D-RTRL", &pp, &d, 1e-12);
+}
+
+#[test]
+fn lif_groups_and_relations() {
+    let model = LifNet::new(3, 5, 4, 0.8, 0.6, 1.0, 0.8);
+    let state = ModelState::new(&model, DType::F64, 0, Some(2)).unwrap();
+    let l = compile(
+        model,
+        state,
+        DRtrl::default(),
+        &Tensor::zeros(&[2, 3], DType::F64),
+        Some(2),
+    )
+    .unwrap();
+    let g = l.graph();
+    assert_eq!(g.groups().len(), 2);
+    assert_eq!(g.groups()[0].hidden_paths, vec!["i", "v"]);
+    assert_eq!(g.groups()[1].hidden_paths, vec!["readout/r"]);
+    assert!(g
+        .diagnostics()
+        .iter()
+        .any(|d| d.kind == DiagnosticKind::HiddenGroupMerged));
+    let text = l.explain();
+    assert!(
+        text.contains("[i, v]") && text.contains("readout/W"),
+        "{text}"
+    );
+}
+
+// ------------------------------------------------------------ bad input
+
+struct NoHidden;
+impl Model for NoHidden {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        init.param("W", None, Tensor::ones(&[3, 2], DType::F64))
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        matmul(x, &ctx.param("W")?, None, &Transforms::default())
+    }
+}
+
+struct NoEtp;
+impl Model for NoEtp {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        init.param("W", None, Tensor::ones(&[3, 2], DType::F64))?;
+        init.hidden("h", &[2])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden("h")?.add(&x.matmul(&ctx.param("W")?)?)?;
+        ctx.set_hidden("h", h.clone())?;
+        Ok(h)
+    }
+}
+
+fn err_text<T>(r: Result<T>) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn compile_refuses_models_without_hidden_state_or_etp_ops() {
+    let x = Tensor::zeros(&[2, 3], DType::F64);
+    let s = ModelState::new(&NoHidden, DType::F64, 0, Some(2)).unwrap();
+    let e = err_text(compile(NoHidden, s, DRtrl::default(), &x, Some(2)));
+    assert!(e.contains("no hidden state"), "{e}");
+    let s = ModelState::new(&NoEtp, DType::F64, 0, Some(2)).unwrap();
+    let e = err_text(compile(NoEtp, s, DRtrl::default(), &x, Some(2)));
+    assert!(e.contains("no ETP operation"), "{e}");
+}
+
+#[test]
+fn bad_input_is_refused_and_leaves_the_learner_unchanged() {
+    let model = GruNet::new(3, 5, 2);
+    let state = ModelState::new(&model, DType::F64, 0, Some(2)).unwrap();
+    // Batch mismatch between the example input and batch_size.
+    let e = err_text(compile(
+        GruNet::new(3, 5, 2),
+        state.clone(),
+        DRtrl::default(),
+        &Tensor::zeros(&[3, 3], DType::F64),
+        Some(2),
+    ));
+    assert!(e.contains("batch"), "{e}");
+    let mut l = compile(
+        model,
+        state,
+        DRtrl::default(),
+        &Tensor::zeros(&[2, 3], DType::F64),
+        Some(2),
+    )
+    .unwrap();
+    l.update(&draw(&[2, 3], 5)).unwrap();
+    let (h0, tr0, n0) = (l.state().hidden(), l.traces().to_vec(), l.running_index());
+    let same = |l: &braintrace::learn::Learner<GruNet>| {
+        assert_eq!(l.running_index(), n0);
+        for (k, v) in l.state().hidden() {
+            assert_eq!(
+                v.to_vec_f64().unwrap(),
+                h0[&k].to_vec_f64().unwrap(),
+                "hidden {k} changed"
+            );
+        }
+        for (a, b) in l.traces().iter().zip(&tr0) {
+            assert_eq!(
+                a.to_vec_f64().unwrap(),
+                b.to_vec_f64().unwrap(),
+                "a trace changed"
+            );
+        }
+    };
+    let xs = draw(&[4, 2, 3], 1);
+    // Different lengths.
+    let e = err_text(l.etrace_grad(&xs, &draw(&[3, 2, 2], 2), mse, Reduction::Mean));
+    assert!(e.contains("same number of steps"), "{e}");
+    same(&l);
+    // Wrong input shape.
+    let e = err_text(l.etrace_grad(
+        &draw(&[4, 2, 4], 1),
+        &draw(&[4, 2, 2], 2),
+        mse,
+        Reduction::Mean,
+    ));
+    assert!(e.contains("xs"), "{e}");
+    same(&l);
+    // A loss that is not a scalar.
+    let e = err_text(l.etrace_grad(&xs, &draw(&[4, 2, 2], 2), |o, y| o.sub(y), Reduction::Mean));
+    assert!(e.contains("scalar"), "{e}");
+    same(&l);
+    // Targets of the wrong shape (the loss's own error surfaces).
+    assert!(l
+        .etrace_grad(&xs, &draw(&[4, 2, 5], 2), mse, Reduction::Mean)
+        .is_err());
+    same(&l);
+    // update with a wrong shape.
+    let e = err_text(l.update(&draw(&[3, 3], 1)));
+    assert!(e.contains("shape"), "{e}");
+    same(&l);
+    // A parameter path that does not exist.
+    let e = err_text(
+        l.state_mut()
+            .set_param("rnn/Wq/weight/weight", &Tensor::zeros(&[8, 5], DType::F64)),
+    );
+    assert!(
+        e.contains("rnn/Wq/weight/weight") && e.contains("rnn/Wz/weight/weight"),
+        "{e}"
+    );
+    // Resetting to another batch size.
+    let e = err_text(l.reset_state(Some(3)));
+    assert!(e.contains("batch size"), "{e}");
+    same(&l);
+}
