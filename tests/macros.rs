@@ -281,6 +281,57 @@ mod dup_b {
     super::zero_rules!(dup);
 }
 
+// ------------------------------------------------ param defaults
+
+/// The seed's `_impl(x, w, *, scale=1.0)`: `scale` defaults to 1.0.
+#[etp_primitive(name = "etp_test_default_scale", batched)]
+fn default_scale(x: &Tensor, w: &Tensor, #[param(default = 1.0)] scale: f64) -> Result<Tensor> {
+    x.matmul(w)?.mul_scalar(scale)
+}
+
+#[yw_to_w(default_scale)]
+fn default_scale_yw(hidden: &Tensor, trace: &Tensor) -> Result<Tensor> {
+    spread(trace, hidden)
+}
+
+#[xy_to_dw(default_scale)]
+fn default_scale_xy(
+    x: &Tensor,
+    hidden: &Tensor,
+    _w: &Tensor,
+    p: &default_scale::Params,
+) -> Result<Tensor> {
+    outer(x, hidden)?.mul_scalar(p.scale)
+}
+
+#[init_drtrl(default_scale)]
+fn default_scale_drtrl(x: &Aval, y: &Aval, w: &Aval, n: usize) -> Result<Tensor> {
+    Ok(Tensor::zeros(
+        &[&x.shape()[..1], w.shape(), &[n]].concat(),
+        y.dtype(),
+    ))
+}
+
+#[init_pp(default_scale)]
+fn default_scale_pp(_x: &Aval, y: &Aval, _w: &Aval, n: usize) -> Result<Tensor> {
+    Ok(Tensor::zeros(&[y.shape(), &[n]].concat(), y.dtype()))
+}
+
+/// Mixed: `shift` is required, `times` and `label` have defaults (one an
+/// expression that is not a literal).
+#[etp_primitive(name = "etp_test_default_mixed")]
+fn default_mixed(
+    x: &Tensor,
+    w: &Tensor,
+    #[param] shift: f64,
+    #[param(default = 2)] times: usize,
+    #[param(default = String::from("plain"))] label: String,
+) -> Result<Tensor> {
+    let _ = label;
+    x.matmul(w)?.add_scalar(shift)?.mul_scalar(times as f64)
+}
+zero_rules!(default_mixed);
+
 // ------------------------------------------------ helpers
 
 /// Deterministic values in [-1, 1).
@@ -454,6 +505,109 @@ fn scaled_mm_typed_params() {
     assert!(
         err.contains("etp_scaled_mm") && err.contains("scale"),
         "{err}"
+    );
+}
+
+// ------------------------------------------------ tests: param defaults
+
+#[test]
+fn param_default_applies_when_the_param_is_absent() {
+    let p = default_scale::primitive();
+    let (x, w) = (det(&[4, 3], 31), det(&[3, 5], 32));
+    let xw = x.matmul(&w).unwrap();
+    // Bound through the handle without `scale`: the seed's scale = 1.0.
+    let y = p.bind(&[x.clone(), w.clone()], &Params::new()).unwrap();
+    assert_close(&y, &xw);
+    // Given, it is used.
+    let y = p
+        .bind(&[x.clone(), w.clone()], &Params::new().with("scale", 0.5))
+        .unwrap();
+    assert_close(&y, &xw.mul_scalar(0.5).unwrap());
+    assert_close(
+        &default_scale(&x, &w, 3.0).unwrap(),
+        &xw.mul_scalar(3.0).unwrap(),
+    );
+    // Under grad and jit too: d/dw sum(x @ w) = xᵀ 1.
+    let pc = p.clone();
+    let f = move |a: &[Tensor]| pc.bind(a, &Params::new())?.sum_all();
+    let g = grad(f)(&[x.clone(), w.clone()]).unwrap();
+    assert_close(&g[1], &outer(&x, &ones(&[4, 5])).unwrap());
+    let pc = p.clone();
+    let jf = jit(move |a: &[Tensor]| Ok(vec![pc.bind(a, &Params::new())?]));
+    assert_close(&jf(&[x.clone(), w.clone()]).unwrap()[0], &xw);
+}
+
+#[test]
+fn param_default_reaches_the_typed_params_and_the_rules() {
+    assert_eq!(default_scale::Params::default().scale, 1.0);
+    let read = default_scale::Params::from_params(&Params::new()).unwrap();
+    assert_eq!(read, default_scale::Params { scale: 1.0 });
+    let read = default_scale::Params::from_params(&Params::new().with("scale", 0.25)).unwrap();
+    assert_eq!(read.scale, 0.25);
+    // A present value of the wrong kind is still an error, not the default.
+    let e = default_scale::Params::from_params(&Params::new().with("scale", String::from("big")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("etp_test_default_scale") && e.contains("scale"),
+        "{e}"
+    );
+
+    // The rules read the default too: xy_to_dw = scale * xᵀ h.
+    let p = default_scale::primitive();
+    let (x, h, w) = (det(&[4, 3], 33), det(&[4, 5], 34), det(&[3, 5], 35));
+    let mut weights = TensorMap::new();
+    weights.insert("weight".into(), w.clone());
+    let dw = p.xy_to_dw(Some(&x), &h, &weights, &Params::new()).unwrap();
+    assert_close(&dw["weight"], &outer(&x, &h).unwrap());
+    let dw = p
+        .xy_to_dw(Some(&x), &h, &weights, &Params::new().with("scale", 2.0))
+        .unwrap();
+    assert_close(
+        &dw["weight"],
+        &outer(&x, &h).unwrap().mul_scalar(2.0).unwrap(),
+    );
+    let report = check_rules(&p, &[x, w], &Params::new()).unwrap();
+    assert!(report.is_ok(), "{report}");
+}
+
+#[test]
+fn param_default_mixed_with_a_required_param() {
+    // A param without a default is still required.
+    let e = default_mixed::Params::from_params(&Params::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("etp_test_default_mixed") && e.contains("shift") && e.contains("missing"),
+        "{e}"
+    );
+    let read = default_mixed::Params::from_params(&Params::new().with("shift", 0.5)).unwrap();
+    assert_eq!(
+        (read.shift, read.times, read.label.as_str()),
+        (0.5, 2, "plain")
+    );
+    let (x, w) = (det(&[2, 3], 36), det(&[3, 4], 37));
+    let y = default_mixed::primitive()
+        .bind(&[x.clone(), w.clone()], &Params::new().with("shift", 0.5))
+        .unwrap();
+    let want = x
+        .matmul(&w)
+        .unwrap()
+        .add_scalar(0.5)
+        .unwrap()
+        .mul_scalar(2.0)
+        .unwrap();
+    assert_close(&y, &want);
+    // The wrapper function takes every param, defaults included.
+    let y = default_mixed(&x, &w, 0.5, 3, "x".into()).unwrap();
+    assert_close(
+        &y,
+        &x.matmul(&w)
+            .unwrap()
+            .add_scalar(0.5)
+            .unwrap()
+            .mul_scalar(3.0)
+            .unwrap(),
     );
 }
 

@@ -338,6 +338,8 @@ pub trait ParamProbeImpl<T> {
     fn to_value(&self, v: &T) -> ParamValue;
     /// Read `key` from `params`.
     fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+    /// Read `key` from `params`, or `default()` when it is absent.
+    fn read_or(&self, params: &Params, op: &str, key: &str, default: fn() -> T) -> Result<T>;
     /// [`AParamType`].
     fn param_kind(&self) -> AParamType;
 }
@@ -351,6 +353,12 @@ impl<T: ParamType> ParamProbeImpl<T> for ParamProbe<T> {
     fn read(&self, params: &Params, op: &str, key: &str) -> Result<T> {
         params.get(op, key)
     }
+    fn read_or(&self, params: &Params, op: &str, key: &str, default: fn() -> T) -> Result<T> {
+        match params.raw(key) {
+            Some(_) => params.get(op, key),
+            None => Ok(default()),
+        }
+    }
 }
 /// The fallback for a type that is not a param type (never runs: the
 /// crate does not compile, [`check_param_type`] says why).
@@ -359,6 +367,8 @@ pub trait ParamProbeFallback<T> {
     fn to_value(&self, v: &T) -> ParamValue;
     /// Unreachable.
     fn read(&self, params: &Params, op: &str, key: &str) -> Result<T>;
+    /// Unreachable.
+    fn read_or(&self, params: &Params, op: &str, key: &str, default: fn() -> T) -> Result<T>;
     /// [`NotAParamType`].
     fn param_kind(&self) -> NotAParamType;
 }
@@ -370,6 +380,9 @@ impl<T> ParamProbeFallback<T> for &ParamProbe<T> {
         unreachable!("not a param type (reported at compile time)")
     }
     fn read(&self, _params: &Params, _op: &str, _key: &str) -> Result<T> {
+        unreachable!("not a param type (reported at compile time)")
+    }
+    fn read_or(&self, _params: &Params, _op: &str, _key: &str, _default: fn() -> T) -> Result<T> {
         unreachable!("not a param type (reported at compile time)")
     }
 }

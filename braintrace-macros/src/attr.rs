@@ -8,7 +8,7 @@ use proc_macro2::{Delimiter, Ident, Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
-use syn::{LitBool, LitStr, Path, Token};
+use syn::{Attribute, Expr, LitBool, LitStr, Meta, Path, Token};
 
 /// One `key`, `key = value` or `key(list)` entry.
 pub struct RawFlag {
@@ -306,6 +306,88 @@ fn trainable_pairs(cx: &mut Ctxt, ts: TokenStream) -> Option<Vec<(Ident, Ident)>
     }
 }
 
+/// The default of a `#[param]` attribute: `None` for `#[param]` alone,
+/// the expression of `#[param(default = <expr>)]`. Any other form is
+/// reported (and read as no default, so the rest still expands).
+pub fn param_default(cx: &mut Ctxt, attr: &Attribute) -> Option<Expr> {
+    const FORM: &str =
+        "write `#[param]`, or `#[param(default = <value>)]` to give the param a default";
+    let list = match &attr.meta {
+        Meta::Path(_) => return None,
+        Meta::NameValue(nv) => {
+            cx.error_spanned(
+                nv,
+                format!(
+                    "expected `#[param(default = {})]`: {FORM}",
+                    tokens_to_string(&nv.value)
+                ),
+            );
+            return None;
+        }
+        Meta::List(list) => list,
+    };
+    if list.tokens.is_empty() {
+        cx.error_spanned(attr, format!("`#[param()]` is empty: {FORM}"));
+        return None;
+    }
+    // `key = expr, ...`; only `default` is known. Every problem is reported.
+    let parser = |input: ParseStream| -> syn::Result<Vec<(Ident, Option<Expr>)>> {
+        let mut entries = Vec::new();
+        while !input.is_empty() {
+            let key = input.call(Ident::parse_any)?;
+            let value = if input.peek(Token![=]) {
+                let eq: Token![=] = input.parse()?;
+                if input.is_empty() || input.peek(Token![,]) {
+                    return Err(syn::Error::new(
+                        eq.span,
+                        format!("expected a value after `{key} =`: `#[param(default = <value>)]`"),
+                    ));
+                }
+                Some(input.parse::<Expr>()?)
+            } else {
+                None
+            };
+            entries.push((key, value));
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(entries)
+    };
+    let entries = match parser.parse2(list.tokens.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            cx.error(e.span(), e);
+            return None;
+        }
+    };
+    let mut default: Option<Expr> = None;
+    for (key, value) in entries {
+        if key != DEFAULT {
+            cx.error(
+                key.span(),
+                format!(
+                    "unknown `#[param]` option `{key}`; the only option is `default = <value>`"
+                ),
+            );
+            continue;
+        }
+        let Some(value) = value else {
+            cx.error(
+                key.span(),
+                "expected `default = <value>`: `#[param(default = 1.0)]`",
+            );
+            continue;
+        };
+        if default.is_some() {
+            cx.error(key.span(), "`default` is given twice; give it once");
+            continue;
+        }
+        default = Some(value);
+    }
+    default
+}
+
 /// Render tokens for messages.
 pub fn tokens_to_string(t: impl ToTokens) -> String {
     let mut s = t.to_token_stream().to_string();
@@ -317,6 +399,9 @@ pub fn tokens_to_string(t: impl ToTokens) -> String {
         ("< ", "<"),
         (" >", ">"),
         (" ,", ","),
+        (" ! [", "!["),
+        (" ! (", "!("),
+        (" ! {", "!{"),
     ] {
         s = s.replace(from, to);
     }

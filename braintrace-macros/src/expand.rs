@@ -196,8 +196,55 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
     let params: Vec<&Arg> = p.params().collect();
     let fields = params.iter().map(|a| {
         let (id, ty) = (&a.ident, &a.ty);
-        let doc = lit(&format!(" The `{id}` param."));
+        let doc = match &a.default {
+            Some(d) => lit(&format!(
+                " The `{id}` param (default `{}`).",
+                crate::attr::tokens_to_string(d)
+            )),
+            None => lit(&format!(" The `{id}` param.")),
+        };
         quote!(#[doc = #doc] pub #id: #ty)
+    });
+    // `#[param(default = ..)]`: one function per default, returning the
+    // param's type, so a default of the wrong type is reported at it.
+    let default_fn = |a: &Arg| format_ident!("__default_{}", a.ident.unraw_string());
+    let default_fns = params.iter().filter_map(|a| {
+        let d = a.default.as_ref()?;
+        let (f, ty) = (default_fn(a), &a.ty);
+        Some(quote! {
+            #[allow(clippy::all)]
+            fn #f() -> #ty {
+                let __default: #ty = #d;
+                __default
+            }
+        })
+    });
+    let reads = params.iter().map(|a| {
+        let id = &a.ident;
+        let key = lit(&a.ident.unraw_string());
+        let ty = &a.ty;
+        let probe = quote_spanned!(ty.span()=> (&#rt::ParamProbe::<#ty>::new()));
+        match &a.default {
+            Some(_) => {
+                let f = default_fn(a);
+                quote!(#id: #probe.read_or(__p, NAME, #key, #f)?)
+            }
+            None => quote!(#id: #probe.read(__p, NAME, #key)?),
+        }
+    });
+    let default_impl = params.iter().all(|a| a.default.is_some()).then(|| {
+        let inits = params.iter().map(|a| {
+            let (id, f) = (&a.ident, default_fn(a));
+            quote!(#id: #f())
+        });
+        quote! {
+            /// Every param at its `#[param(default = ..)]` value.
+            impl ::core::default::Default for Params {
+                fn default() -> Self {
+                    Params { #(#inits,)* }
+                }
+            }
+        }
     });
     let keys: Vec<Literal> = params
         .iter()
@@ -399,14 +446,18 @@ fn expand_module(p: &Primitive, n: &Names) -> TokenStream {
                     #( __p.insert(#keys, #probes.to_value(&self.#idents)); )*
                     __p
                 }
-                /// From the dynamic params map (an error names a missing or mistyped param).
+                /// From the dynamic params map: a missing param reads as its
+                /// `#[param(default = ..)]`; an error names a missing param
+                /// without a default, or a mistyped one.
                 pub fn from_params(__p: &#rt::Params) -> #rt::Result<Self> {
                     #[allow(unused_imports)]
                     use #rt::{ParamProbeImpl as _, ParamProbeFallback as _};
                     let _ = __p;
-                    ::core::result::Result::Ok(Params { #( #idents: #probes.read(__p, NAME, #keys)?, )* })
+                    ::core::result::Result::Ok(Params { #( #reads, )* })
                 }
             }
+            #default_impl
+            #(#default_fns)*
             impl ::core::fmt::Debug for Params {
                 fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                     let __p = self.to_params();
@@ -608,6 +659,44 @@ mod tests {
         }
         assert!(!out.contains("compile_error"), "{out}");
         assert!(!out.contains("# [param]"), "{out}");
+    }
+
+    #[test]
+    fn expansion_param_defaults() {
+        let out = expand_str(
+            quote!(),
+            quote!(
+                fn op(
+                    x: &Tensor,
+                    w: &Tensor,
+                    #[param(default = 1.0)] scale: f64,
+                ) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        for needle in [
+            "fn __default_scale () -> f64 { let __default : f64 = 1.0 ; __default }",
+            "scale : (& :: braintrace :: __private :: ParamProbe :: < f64 > :: new ()) . read_or (__p , NAME , \"scale\" , __default_scale) ?",
+            "impl :: core :: default :: Default for Params { fn default () -> Self { Params { scale : __default_scale () , } } }",
+            "The `scale` param (default `1.0`).",
+        ] {
+            assert!(out.contains(needle), "missing `{needle}` in\n{out}");
+        }
+        // Without a default: a plain read, and no `Default`.
+        let out = expand_str(
+            quote!(),
+            quote!(
+                fn op(x: &Tensor, w: &Tensor, #[param] scale: f64) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(
+            !out.contains("__default_") && !out.contains("Default for Params"),
+            "{out}"
+        );
+        assert!(out.contains(". read (__p , NAME , \"scale\") ?"), "{out}");
     }
 
     #[test]

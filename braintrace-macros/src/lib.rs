@@ -44,6 +44,10 @@ use rule::Rule;
 /// Arguments of type `&Tensor` are the operands, in order; every other
 /// argument must be marked `#[param]` and have a param type (an optional
 /// bias is a separate entry point, or a `#[param] has_bias: bool`).
+/// `#[param(default = <expr>)]` gives a param a default (an expression of
+/// its type): a params map without it reads as that value (binding through
+/// the handle, `Params::from_params`, the rules), and when every param has
+/// one, `Params` implements `Default`.
 ///
 /// Flags (all optional):
 /// * `name = "etp_..."`: the registry name (default: the function's name);

@@ -11,7 +11,7 @@ use crate::symbol::*;
 use proc_macro2::{Ident, Span};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{FnArg, ItemFn, Meta, Pat, Path, ReturnType, Safety, Type};
+use syn::{FnArg, ItemFn, Pat, Path, ReturnType, Safety, Type};
 
 /// One argument of the implementation function.
 #[derive(Clone)]
@@ -24,6 +24,8 @@ pub struct Arg {
     pub kind: ArgKind,
     /// An optional trailing operand (`Option<&Tensor>`, e.g. a bias).
     pub optional: bool,
+    /// A param's default value, from `#[param(default = <expr>)]`.
+    pub default: Option<syn::Expr>,
 }
 
 /// Operand or param.
@@ -149,14 +151,17 @@ pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primiti
     for input in func.sig.inputs.iter_mut() {
         let FnArg::Typed(pt) = input else { continue };
         let mut is_param = false;
+        let mut default = None;
         pt.attrs.retain(|a| {
             if a.path().is_ident(PARAM) {
-                is_param = true;
-                if !matches!(a.meta, Meta::Path(_)) {
+                if is_param {
                     cx.error_spanned(
-                        &a.meta,
-                        "write `#[param]` alone; the param's name is the argument's name",
+                        a,
+                        "`#[param]` is given twice on this argument; give it once",
                     );
+                } else {
+                    is_param = true;
+                    default = attr::param_default(cx, a);
                 }
                 false
             } else {
@@ -207,6 +212,7 @@ pub fn analyse(cx: &mut Ctxt, flags: PrimitiveArgs, mut func: ItemFn) -> Primiti
             ty,
             kind,
             optional,
+            default,
         });
     }
     if n_operands == 0 && !structural {
@@ -610,6 +616,71 @@ mod tests {
             "must return `Result<Tensor>`",
         ] {
             assert!(e.contains(needle), "missing {needle:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn param_defaults() {
+        let (p, e) = analyse_src(
+            quote!(),
+            quote!(
+                fn f(
+                    x: &Tensor,
+                    w: &Tensor,
+                    #[param(default = 1.0)] scale: f64,
+                    #[param] n: usize,
+                    #[param(default = vec![1, 2],)] dims: Vec<usize>,
+                ) -> Result<Tensor> {
+                    todo!()
+                }
+            ),
+        );
+        assert!(e.is_empty(), "{e}");
+        let defaults: Vec<Option<String>> = p
+            .params()
+            .map(|a| a.default.as_ref().map(tokens_to_string))
+            .collect();
+        assert_eq!(
+            defaults,
+            vec![Some("1.0".into()), None, Some("vec![1, 2]".into())]
+        );
+    }
+
+    #[test]
+    fn param_default_malformed() {
+        for (attr, needle) in [
+            (quote!(#[param(default)]), "expected `default = <value>`"),
+            (
+                quote!(#[param(default = )]),
+                "expected a value after `default =`",
+            ),
+            (
+                quote!(#[param(dflt = 1.0)]),
+                "unknown `#[param]` option `dflt`",
+            ),
+            (quote!(#[param = 1.0]), "expected `#[param(default = 1.0)]`"),
+            (quote!(#[param()]), "`#[param()]` is empty"),
+            (
+                quote!(#[param(default = 1.0, default = 2.0)]),
+                "`default` is given twice",
+            ),
+            (quote!(#[param(default = 1.0 2.0)]), "expected `,`"),
+            (quote!(#[param] #[param]), "`#[param]` is given twice"),
+        ] {
+            let (p, e) = analyse_src(
+                quote!(),
+                quote!(
+                    fn f(x: &Tensor, w: &Tensor, #attr scale: f64) -> Result<Tensor> {
+                        todo!()
+                    }
+                ),
+            );
+            assert!(e.contains(needle), "{attr}: missing {needle:?} in {e}");
+            assert_eq!(e.matches("compile_error").count(), 1, "{attr}: {e}");
+            // Still a param, without a default, and the expansion goes on.
+            let a = p.params().next().expect("one param");
+            assert!(a.default.is_none() || needle.contains("twice"), "{attr}");
+            assert!(!p.structural_error, "{attr}");
         }
     }
 

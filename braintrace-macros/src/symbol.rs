@@ -23,6 +23,8 @@ pub const EXACT_DW_SHAPES: &str = "exact_dw_shapes";
 pub const NONE: &str = "none";
 /// `#[param]` on an argument of the impl function.
 pub const PARAM: &str = "param";
+/// `#[param(default = <expr>)]`: the value a missing param reads as.
+pub const DEFAULT: &str = "default";
 
 /// Every flag, in the order the "unknown flag" message lists them.
 pub const ALL_FLAGS: &[&str] = &[
