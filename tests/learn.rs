@@ -505,7 +505,7 @@ fn bad_input_is_refused_and_leaves_the_learner_unchanged() {
     )
     .unwrap();
     l.update(&draw(&[2, 3], 5)).unwrap();
-    let (h0, tr0, n0) = (l.state().hidden(), l.traces().to_vec(), l.running_index());
+    let (h0, tr0, n0) = (l.state().hidden(), l.traces(), l.running_index());
     let same = |l: &braintrace::learn::Learner<GruNet>| {
         assert_eq!(l.running_index(), n0);
         for (k, v) in l.state().hidden() {
@@ -563,4 +563,122 @@ fn bad_input_is_refused_and_leaves_the_learner_unchanged() {
     let e = err_text(l.reset_state(Some(3)));
     assert!(e.contains("batch size"), "{e}");
     same(&l);
+}
+
+// ------------------------------------------------------------ fused kernels vs the rules
+
+fn fast_vs_generic<M: Model, F: Fn() -> M>(
+    make: F,
+    batch: Option<usize>,
+    x_shape: &[usize],
+    base: DRtrl,
+    seed: u64,
+) {
+    let t = 5;
+    let run = |fast: bool| {
+        let model = make();
+        let state = ModelState::new(&model, DType::F64, seed, batch).unwrap();
+        let xs = draw(&[&[t], x_shape].concat(), seed + 1);
+        let (out, _) = state.step(&model, &xs.index_axis0(0).unwrap()).unwrap();
+        let ys = draw(&[&[t], out.shape()].concat(), seed + 2);
+        let mut l = compile(
+            model,
+            state,
+            base.fast_paths(fast),
+            &xs.index_axis0(0).unwrap(),
+            batch,
+        )
+        .unwrap();
+        // A plain update first (traces advance without a gradient), then a sequence.
+        l.update(&xs.index_axis0(1).unwrap()).unwrap();
+        let g = l.etrace_grad(&xs, &ys, mse, Reduction::Sum).unwrap();
+        let mut traces = l.traces();
+        traces.sort_by_key(|t| t.shape().to_vec());
+        (g.grads, traces)
+    };
+    let (g_fast, tr_fast) = run(true);
+    let (g_gen, tr_gen) = run(false);
+    assert_dicts_close("fast vs generic grads", &g_fast, &g_gen, 1e-12);
+    assert_eq!(tr_fast.len(), tr_gen.len());
+    for (a, b) in tr_fast.iter().zip(&tr_gen) {
+        let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "trace {x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn fused_dense_kernels_equal_the_rule_path() {
+    for (seed, (n_in, n_rec, n_out, b)) in [(3, 5, 2, 2), (4, 7, 3, 3), (2, 3, 1, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = seed as u64 * 10;
+        for base in [
+            DRtrl::default(),
+            DRtrl::default().vjp_method(VjpMethod::MultiStep),
+        ] {
+            fast_vs_generic(
+                || GruNet::new(n_in, n_rec, n_out),
+                Some(b),
+                &[b, n_in],
+                base,
+                seed,
+            );
+            // Two states per group (LIF: i, v).
+            fast_vs_generic(
+                || LifNet::new(n_in, n_rec, n_out, 0.8, 0.6, 0.3, 0.8),
+                Some(b),
+                &[b, n_in],
+                base,
+                seed,
+            );
+        }
+        // Unbatched: etp_mv.
+        let op = || -> Op {
+            Box::new(|c, x| matmul(x, &p(c, "W")?, Some(&p(c, "b")?), &Transforms::default()))
+        };
+        fast_vs_generic(
+            || leaky(&[("W", &[n_in, n_rec]), ("b", &[n_rec])], &[n_rec], op()),
+            None,
+            &[n_in],
+            DRtrl::default(),
+            seed,
+        );
+    }
+}
+
+#[test]
+fn f32_learner_agrees_with_f64() {
+    let run = |dt: DType| {
+        let model = GruNet::new(3, 6, 2);
+        let state = ModelState::new(&model, dt, 4, Some(2)).unwrap();
+        let mut l = compile(
+            model,
+            state,
+            DRtrl::default(),
+            &Tensor::zeros(&[2, 3], dt),
+            Some(2),
+        )
+        .unwrap();
+        l.etrace_grad(
+            &draw(&[8, 2, 3], 1),
+            &draw(&[8, 2, 2], 2),
+            mse,
+            Reduction::Mean,
+        )
+        .unwrap()
+        .grads
+    };
+    let (a, b) = (run(DType::F32), run(DType::F64));
+    for (k, g) in &b {
+        assert_eq!(a[k].dtype(), DType::F32);
+        let (x, y) = (a[k].to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
+        for (u, v) in x.iter().zip(&y) {
+            // f32 rounding over 8 steps of a 6-unit GRU: 1e-5 relative to the largest entry.
+            let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+            assert!((u - v).abs() <= 1e-5 * scale, "{k}: f32 {u} vs f64 {v}");
+        }
+    }
 }

@@ -35,15 +35,34 @@ pub enum NonTemporal {
 
 /// D-RTRL: eligibility traces with the dimension of the parameters, the
 /// hidden-to-hidden Jacobian kept diagonal.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DRtrl {
     /// Single-step (default) or multi-step learning signal.
     pub vjp_method: VjpMethod,
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
+    /// Use the fused in-place trace kernels where a primitive has one (dense
+    /// `etp_mm`/`etp_mv` without transforms); `false` runs every relation
+    /// through its registered rules. Default `true`; same numbers either way.
+    pub fast_paths: bool,
+}
+
+impl Default for DRtrl {
+    fn default() -> Self {
+        DRtrl {
+            vjp_method: VjpMethod::SingleStep,
+            non_temporal: NonTemporal::Zero,
+            fast_paths: true,
+        }
+    }
 }
 
 impl DRtrl {
+    /// With or without the fused trace kernels.
+    pub fn fast_paths(mut self, on: bool) -> Self {
+        self.fast_paths = on;
+        self
+    }
     /// With this VJP method.
     pub fn vjp_method(mut self, m: VjpMethod) -> Self {
         self.vjp_method = m;

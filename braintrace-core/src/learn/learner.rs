@@ -4,6 +4,7 @@
 
 use super::algorithm::{Algorithm, Reduction, VjpMethod};
 use super::compiler::EtraceGraph;
+use super::fast::{FastTrace, Solve};
 use super::program::Program;
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
@@ -22,6 +23,14 @@ pub struct EtraceGrads {
 
 type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
+/// The learner-owned traces of one (relation, group) pair that a fused
+/// kernel runs: one buffer per trainable, with the parameter it feeds.
+#[derive(Clone, Debug)]
+struct FastPair {
+    group: usize,
+    leaves: Vec<(usize, FastTrace)>,
+}
+
 /// A model compiled for online learning: its state, the analysis of its
 /// step, its eligibility traces and the staged per-step programs.
 pub struct Learner<M: Model> {
@@ -29,6 +38,7 @@ pub struct Learner<M: Model> {
     state: ModelState,
     program: Arc<Program>,
     traces: Vec<Tensor>,
+    fast: Vec<FastPair>,
     running_index: usize,
     forward: Jit<StepFn>,
     input_aval: crate::tensor::Aval,
@@ -69,6 +79,36 @@ pub fn compile<M: Model>(
     eg.require_relations()?;
     let program = Arc::new(Program::new(eg.clone(), algorithm, &x)?);
     let traces = program.layout.zeros(&algorithm, eg.graph());
+    let mut fast = Vec::new();
+    for (pi, pair) in program.layout.pairs.iter().enumerate() {
+        if !program.layout.fast[pi] {
+            continue;
+        }
+        let rel = &eg.relations()[pair.rel];
+        let mut leaves = Vec::new();
+        for (key, aval) in &program.layout.drtrl[pi] {
+            let t = rel
+                .trainables
+                .iter()
+                .find(|t| &t.name == key)
+                .ok_or_else(|| {
+                    Error::etp(
+                        rel.primitive.name(),
+                        "compile",
+                        format!("trace `{key}` has no trainable"),
+                    )
+                })?;
+            let pshape = state.param_values()[t.param].shape().to_vec();
+            leaves.push((
+                t.param,
+                FastTrace::new(key == "weight", aval.shape(), &pshape, aval.dtype())?,
+            ));
+        }
+        fast.push(FastPair {
+            group: pair.group,
+            leaves,
+        });
+    }
     let forward = make_forward(
         program.clone(),
         state.param_values().len(),
@@ -79,6 +119,7 @@ pub fn compile<M: Model>(
         state,
         program,
         traces,
+        fast,
         running_index: 0,
         forward: Jit::new(forward),
         input_aval: x.aval(),
@@ -87,11 +128,12 @@ pub fn compile<M: Model>(
 
 fn make_forward(program: Arc<Program>, np: usize, nh: usize) -> StepFn {
     Box::new(move |a: &[Tensor]| {
-        let (out, h, tr) =
+        let (out, h, tr, fast) =
             program.forward(&a[..np], &a[np..np + nh], &a[np + nh], &a[np + nh + 1..])?;
         let mut v = vec![out];
         v.extend(h);
         v.extend(tr);
+        v.extend(fast);
         Ok(v)
     })
 }
@@ -126,10 +168,15 @@ impl<M: Model> Learner<M> {
     pub fn algorithm(&self) -> &Algorithm {
         &self.program.algo
     }
-    /// The eligibility traces, flat (D-RTRL: per relation and group, per
-    /// trainable; pp_prop: the input traces, then the output traces).
-    pub fn traces(&self) -> &[Tensor] {
-        &self.traces
+    /// The eligibility traces (copies), flat: D-RTRL per relation and
+    /// group, per trainable (those run by fused kernels last); pp_prop the
+    /// input traces, then the output traces.
+    pub fn traces(&self) -> Vec<Tensor> {
+        let mut v = self.traces.clone();
+        for f in &self.fast {
+            v.extend(f.leaves.iter().map(|(_, t)| t.tensor()));
+        }
+        v
     }
     /// How many steps ran since compile or the last reset.
     pub fn running_index(&self) -> usize {
@@ -152,6 +199,11 @@ impl<M: Model> Learner<M> {
             .program
             .layout
             .zeros(&self.program.algo, self.program.eg.graph());
+        for f in &mut self.fast {
+            for (_, t) in &mut f.leaves {
+                t.reset()?;
+            }
+        }
         self.running_index = 0;
         Ok(())
     }
@@ -171,31 +223,55 @@ impl<M: Model> Learner<M> {
         x.cast(self.state.dtype())
     }
 
+    /// Run the forward program: `(out, new_hidden, new_traces, fast_inputs)`.
+    #[allow(clippy::type_complexity)]
     fn run_forward(
         &self,
         x: &Tensor,
         hidden: &[Tensor],
         traces: &[Tensor],
-    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>)> {
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>, Vec<Tensor>)> {
         let mut args = self.state.param_values().to_vec();
         args.extend_from_slice(hidden);
         args.push(x.clone());
         args.extend_from_slice(traces);
         let outs = self.forward.call(&args)?;
-        let nh = hidden.len();
+        let (nh, nt) = (hidden.len(), traces.len());
         Ok((
             outs[0].clone(),
             outs[1..1 + nh].to_vec(),
-            outs[1 + nh..].to_vec(),
+            outs[1 + nh..1 + nh + nt].to_vec(),
+            outs[1 + nh + nt..].to_vec(),
         ))
+    }
+
+    /// Run the fused kernels of one step; `signals` per group when a
+    /// gradient is wanted.
+    fn run_fast(
+        fast: &mut [FastPair],
+        inputs: &[Tensor],
+        signals: Option<&[Tensor]>,
+        solve: Solve,
+    ) -> Result<()> {
+        for (k, f) in fast.iter_mut().enumerate() {
+            let (x, d, df) = (&inputs[3 * k], &inputs[3 * k + 1], &inputs[3 * k + 2]);
+            let g = signals.map(|s| &s[f.group]);
+            for (_, t) in &mut f.leaves {
+                t.step(Some(x), d, df, g, solve)?;
+            }
+        }
+        Ok(())
     }
 
     /// One online step: the model's output; hidden states and traces advance.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
-        let (out, h, tr) = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
+        let (out, h, tr, fin) = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
+        let mut fast = self.fast.clone();
+        Self::run_fast(&mut fast, &fin, None, Solve::None)?;
         self.state.replace_hidden(h);
         self.traces = tr;
+        self.fast = fast;
         self.running_index += 1;
         Ok(out)
     }
@@ -228,13 +304,26 @@ impl<M: Model> Learner<M> {
             let (hidden, rest) = rest.split_at(nh);
             let (x, y, c) = (&rest[0], &rest[1], &rest[2]);
             let traces = &rest[3..3 + nt];
-            let (l, g) = program.gradient(params, hidden, x, y, traces, c, loss_ref)?;
+            let (l, g, signals) = program.gradient(params, hidden, x, y, traces, c, loss_ref)?;
             let mut v = vec![l];
             v.extend(g);
+            v.extend(signals);
             Ok(v)
         });
         let mut hidden = self.state.hidden_values().to_vec();
         let mut traces = self.traces.clone();
+        // The fused kernels update in place: work on a copy so that an error
+        // leaves the learner unchanged.
+        let mut fast = self.fast.clone();
+        for f in &mut fast {
+            for (_, t) in &mut f.leaves {
+                t.take_grad()?;
+            }
+        }
+        let fast_solve = match self.program.algo.vjp_method() {
+            VjpMethod::SingleStep => Solve::After,
+            VjpMethod::MultiStep => Solve::Before,
+        };
         let mut sums: Vec<Option<Tensor>> = vec![None; np];
         let mut losses = Vec::with_capacity(t_len);
         let dtype = self.state.dtype();
@@ -242,7 +331,7 @@ impl<M: Model> Learner<M> {
             let n = self.running_index + t;
             let x = xs.index_axis0(t)?.cast(dtype)?;
             let y = ys.index_axis0(t)?.cast(dtype)?;
-            let (_, new_h, new_tr) = self.run_forward(&x, &hidden, &traces)?;
+            let (_, new_h, new_tr, fin) = self.run_forward(&x, &hidden, &traces)?;
             let c = match &self.program.algo {
                 Algorithm::PpProp(pp) => pp.correction(n),
                 Algorithm::DRtrl(_) => 1.0,
@@ -258,7 +347,8 @@ impl<M: Model> Learner<M> {
             args.extend_from_slice(solve_traces);
             let outs = grad_fn.call(&args)?;
             losses.push(outs[0].clone());
-            for (s, g) in sums.iter_mut().zip(&outs[1..]) {
+            Self::run_fast(&mut fast, &fin, Some(&outs[1 + np..]), fast_solve)?;
+            for (s, g) in sums.iter_mut().zip(&outs[1..1 + np]) {
                 *s = Some(match s.take() {
                     Some(a) => a.add(g)?,
                     None => g.clone(),
@@ -266,6 +356,15 @@ impl<M: Model> Learner<M> {
             }
             hidden = new_h;
             traces = new_tr;
+        }
+        for f in &mut fast {
+            for (p, t) in &mut f.leaves {
+                let g = t.take_grad()?;
+                sums[*p] = Some(match sums[*p].take() {
+                    Some(a) => a.add(&g)?,
+                    None => g,
+                });
+            }
         }
         let scale = match reduction {
             Reduction::Mean => 1.0 / (t_len.max(1) as f64),
@@ -292,6 +391,7 @@ impl<M: Model> Learner<M> {
         };
         self.state.replace_hidden(hidden);
         self.traces = traces;
+        self.fast = fast;
         self.running_index += t_len;
         Ok(EtraceGrads { grads, losses })
     }

@@ -22,6 +22,7 @@ mod algorithm;
 mod bptt;
 mod compiler;
 mod diagnostics;
+mod fast;
 mod learner;
 mod program;
 mod state;

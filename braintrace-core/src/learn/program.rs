@@ -143,6 +143,9 @@ pub(crate) struct Layout {
     pub drtrl: Vec<Vec<(String, Aval)>>,
     /// pp_prop: per pair, the `f̄` aval.
     pub pp_f: Vec<Aval>,
+    /// D-RTRL: per pair, whether the fused kernel of [`super::fast`] runs it
+    /// (its traces then live in the learner, not in the flat list).
+    pub fast: Vec<bool>,
 }
 
 impl Layout {
@@ -151,7 +154,9 @@ impl Layout {
             Algorithm::DRtrl(_) => self
                 .drtrl
                 .iter()
-                .flat_map(|keys| keys.iter().map(|(_, a)| Tensor::zeros_aval(a)))
+                .zip(&self.fast)
+                .filter(|(_, &f)| !f)
+                .flat_map(|(keys, _)| keys.iter().map(|(_, a)| Tensor::zeros_aval(a)))
                 .collect(),
             Algorithm::PpProp(_) => self
                 .x_vars
@@ -177,6 +182,7 @@ impl Program {
         let mut x_vars = Vec::new();
         let mut drtrl = Vec::new();
         let mut pp_f = Vec::new();
+        let mut fast = Vec::new();
         for r in eg.relations() {
             if let Some(xv) = r.x_var {
                 if !x_vars.contains(&xv) {
@@ -189,6 +195,12 @@ impl Program {
                 pairs.push(Pair {
                     rel: r.index,
                     group: gi,
+                });
+                fast.push(match algo {
+                    Algorithm::DRtrl(d) => {
+                        d.fast_paths && super::fast::applies(r.primitive.name(), &r.params)
+                    }
+                    Algorithm::PpProp(_) => false,
                 });
                 let y = g.aval(r.y_var).clone();
                 let weights: BTreeMap<String, Aval> = r
@@ -252,6 +264,7 @@ impl Program {
                 x_vars,
                 drtrl,
                 pp_f,
+                fast,
             },
         })
     }
@@ -283,14 +296,15 @@ impl Program {
             .collect()
     }
 
-    /// The forward program: `(out, new_hidden, new_traces)`.
+    /// The forward program: `(out, new_hidden, new_traces, fast_inputs)`.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn forward(
         &self,
         params: &[Tensor],
         hidden: &[Tensor],
         x: &Tensor,
         traces: &[Tensor],
-    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>)> {
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>, Vec<Tensor>)> {
         let eg = &*self.eg;
         let g = self.graph();
         let inputs = Self::step_inputs(params, hidden, x);
@@ -381,7 +395,8 @@ impl Program {
                 self.pp_update(pp.decay_x, pp.decay_f, traces, &ds, &dfs, &xs)?
             }
         };
-        Ok((out, new_hidden, new_traces))
+        let fast = self.fast_inputs(&ds, &dfs, &xs);
+        Ok((out, new_hidden, new_traces, fast))
     }
 
     fn weights(&self, rel: usize, params: &[Tensor]) -> TensorMap {
@@ -392,18 +407,48 @@ impl Program {
             .collect()
     }
 
-    /// Split the flat D-RTRL traces into one map per pair.
+    /// Split the flat D-RTRL traces into one map per pair (empty for the
+    /// pairs the fused kernels run).
     fn drtrl_maps(&self, traces: &[Tensor]) -> Vec<TensorMap> {
         let mut it = traces.iter();
         self.layout
             .drtrl
             .iter()
-            .map(|keys| {
+            .zip(&self.layout.fast)
+            .map(|(keys, &fast)| {
+                if fast {
+                    return TensorMap::new();
+                }
                 keys.iter()
                     .map(|(k, _)| (k.clone(), it.next().expect("layout").clone()))
                     .collect()
             })
             .collect()
+    }
+
+    /// What the fused kernels need from the forward program, per fast pair:
+    /// `x` (or a placeholder), `D` of its group and its `Df`.
+    fn fast_inputs(
+        &self,
+        ds: &[Tensor],
+        dfs: &[Tensor],
+        xs: &HashMap<VarId, Tensor>,
+    ) -> Vec<Tensor> {
+        let mut v = Vec::new();
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            if !self.layout.fast[pi] {
+                continue;
+            }
+            let r = &self.eg.relations()[pair.rel];
+            v.push(
+                r.x_var
+                    .map(|xv| xs[&xv].clone())
+                    .unwrap_or_else(|| Tensor::scalar(0.0)),
+            );
+            v.push(ds[pair.group].clone());
+            v.push(dfs[pi].clone());
+        }
+        v
     }
 
     fn drtrl_update(
@@ -417,6 +462,9 @@ impl Program {
         let maps = self.drtrl_maps(traces);
         let mut out = Vec::with_capacity(traces.len());
         for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            if self.layout.fast[pi] {
+                continue;
+            }
             let r = &self.eg.relations()[pair.rel];
             let p = &r.primitive;
             let s = self.eg.groups()[pair.group].num_state();
@@ -522,7 +570,7 @@ impl Program {
         traces: &[Tensor],
         c: &Tensor,
         loss: &L,
-    ) -> Result<(Tensor, Vec<Tensor>)>
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>)>
     where
         L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
     {
@@ -616,7 +664,7 @@ impl Program {
             .zip(params)
             .map(|(g, p)| g.unwrap_or_else(|| p.zeros_like()))
             .collect();
-        Ok((l, grads))
+        Ok((l, grads, signals))
     }
 
     fn drtrl_solve(
@@ -628,6 +676,9 @@ impl Program {
         let maps = self.drtrl_maps(traces);
         let mut out = Vec::new();
         for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            if self.layout.fast[pi] {
+                continue;
+            }
             let r = &self.eg.relations()[pair.rel];
             let p = &r.primitive;
             let s = self.eg.groups()[pair.group].num_state();
