@@ -7,12 +7,16 @@
 //! identity preservation), `xy_to_dw`, `yw_to_w` (`dt_to_t` in the files),
 //! `instant_drtrl`, `solve_drtrl`, the initialisers' shapes/dtypes/zeros, the
 //! state-vmapped `yw_to_w` and the instantaneous D-RTRL term, to 1e-10
-//! relative. `e2e__*` files are listed as deferred. All failures of all files
-//! are collected and reported together at the end. A second test runs the
+//! relative. For each `e2e__*` case it builds the case's model, runs the
+//! online learner (D-RTRL or pp_prop, single- or multi-step) and the BPTT
+//! rollout and checks every recorded field to 1e-9
+//! (`tests/learn_support/e2e.rs`). All failures of all files are collected
+//! and reported together at the end. A second test runs the
 //! same harness over `tests/golden_extra` (variant set B, recorded from the
 //! reference library by `scripts/golden_gen/generate.py`).
 
 mod golden_support;
+mod learn_support;
 
 use golden_support::{check_case_str, check_folder, golden_dir, registry_lookup, CaseReport};
 use std::path::Path;
@@ -44,17 +48,37 @@ fn run_golden_folder(label: &str, dir: &Path) {
     for c in &rep.cases {
         println!("{}", c.summary());
     }
-    println!("{label}: {} cases checked", rep.cases.len());
+    let mut e2e_failures = Vec::new();
+    for name in &rep.deferred {
+        let failures = match std::fs::read_to_string(dir.join(name))
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => learn_support::e2e::check_e2e(name, &v),
+            Err(e) => vec![format!("{name}: cannot read: {e}")],
+        };
+        println!(
+            "{name}: {}",
+            if failures.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("{} failure(s)", failures.len())
+            }
+        );
+        e2e_failures.extend(failures);
+    }
     println!(
-        "{label}: {} e2e cases deferred: {}",
-        rep.deferred.len(),
-        rep.deferred.join(", ")
+        "{label}: {} cases checked ({} primitive, {} e2e)",
+        rep.cases.len() + rep.deferred.len(),
+        rep.cases.len(),
+        rep.deferred.len()
     );
     let failures: Vec<String> = rep
         .failures
         .iter()
         .chain(rep.cases.iter().flat_map(|c| &c.failures))
         .map(ToString::to_string)
+        .chain(e2e_failures)
         .collect();
     if !failures.is_empty() {
         let failed_cases = rep.cases.iter().filter(|c| !c.failures.is_empty()).count();

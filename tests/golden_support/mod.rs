@@ -1312,7 +1312,7 @@ fn stack_maps(ms: &[TensorMap], axis: impl Fn(&Tensor) -> usize) -> R<TensorMap>
 pub struct FolderReport {
     /// Per-case reports.
     pub cases: Vec<CaseReport>,
-    /// `e2e__*` files, listed as deferred.
+    /// `e2e__*` files, checked by the e2e checker (`tests/learn_support/e2e.rs`).
     pub deferred: Vec<String>,
     /// Failures not tied to one case (folder, manifest, unknown files).
     pub failures: Vec<Failure>,
