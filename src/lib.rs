@@ -21,9 +21,9 @@ pub mod prelude {
         YwToW, ETP_RULES_INIT_DRTRL, ETP_RULES_INIT_PP, ETP_RULES_XY_TO_DW, ETP_RULES_YW_TO_W,
     };
     pub use braintrace_core::{
-        avals, concat, eval_shape, grad, grad_scalar, jit, jvp, make_graph, stack, value_and_grad,
-        value_and_grad_vec, vjp, vmap, vmap_out, where_, Aval, DType, Error, Graph, Jit, Result,
-        Tensor, VjpFn,
+        avals, concat, custom_jvp, eval_shape, grad, grad_scalar, jit, jvp, make_graph, spike,
+        stack, value_and_grad, value_and_grad_vec, vjp, vmap, vmap_out, where_, Aval, CustomJvp,
+        DType, Error, Graph, Jit, Result, Surrogate, Tensor, VjpFn,
     };
     pub use braintrace_macros::{
         etp_primitive, init_drtrl, init_pp, instant_drtrl, solve_drtrl, xy_to_dw, yw_to_w,

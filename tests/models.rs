@@ -297,20 +297,16 @@ const ALPHA: f64 = 0.2;
 const V_REST: f64 = 0.0;
 const V_TH: f64 = 1.0;
 
-/// The surrogate derivative of the spike: `1 / (1 + (π u)²)`, the derivative
-/// of `atan(π u) / π` (braintrace's arctan surrogate).
-fn surrogate_grad(u: &Tensor) -> Result<Tensor> {
-    u.mul_scalar(PI)?.square()?.add_scalar(1.0)?.reciprocal()
+/// The surrogate derivative of the spike, `1 / (1 + (π u)²)` (braintrace's
+/// default arctan surrogate), in plain `f64`.
+fn surrogate_grad(u: f64) -> f64 {
+    1.0 / (1.0 + (PI * u).powi(2))
 }
 
-/// Heaviside spike with the arctan surrogate gradient, as braintrace has it:
-/// with `s(u) = atan(π u) / π`, `step(u) + (s(u) − stop_gradient(s(u)))`
-/// equals `step(u)` bit for bit in the forward pass (x − x = 0) and has the
-/// derivative `s'(u) = 1 / (1 + (π u)²)` (to every order, since `s` is
-/// differentiated as written).
+/// The Heaviside spike with braintrace's default surrogate gradient: one
+/// `spike` equation under tracing.
 fn spike(u: &Tensor) -> Result<Tensor> {
-    let s = u.mul_scalar(PI)?.atan()?.mul_scalar(1.0 / PI)?;
-    u.step()?.add(&s.sub(&s.stop_gradient()?)?)
+    braintrace::spike(u, Surrogate::default())
 }
 
 /// One LIF step with a spike function. Arguments `[x, v, w, b]`: input
@@ -384,18 +380,20 @@ fn lif_graph_is_readable() {
     let g = make_graph(lif_step, &avals(&lif_args(10))).unwrap();
     assert_readable(
         &g,
-        &[
-            "matmul",
-            "rsub_scalar",
-            "mul_scalar",
-            "step",
-            "stop_gradient",
-            "atan",
-            "sub",
-        ],
+        &["matmul", "rsub_scalar", "mul_scalar", "spike", "sub"],
         &["f64[3]", "f64[6]", "f64[3,6]"],
     );
     assert_eq!(g.out_avals().len(), 2);
+    // The spike is one equation (no step/atan/stop_gradient expansion).
+    let names = g.primitive_names();
+    assert_eq!(names.iter().filter(|n| *n == "spike").count(), 1, "{g}");
+    for gone in ["step", "atan", "stop_gradient"] {
+        assert!(!names.iter().any(|n| n == gone), "{gone} in:\n{g}");
+    }
+    assert!(
+        g.to_string().contains("spike[surrogate=arctan(alpha=2)]"),
+        "{g}"
+    );
 }
 
 #[test]
@@ -423,10 +421,7 @@ fn lif_spike_gradient_is_arctan_surrogate() {
     let g = grad(|a: &[Tensor]| spike(&a[0])?.sum_all())(std::slice::from_ref(&u))
         .unwrap()
         .remove(0);
-    let expect: Vec<f64> = vals
-        .iter()
-        .map(|u| 1.0 / (1.0 + (PI * u).powi(2)))
-        .collect();
+    let expect: Vec<f64> = vals.iter().map(|&u| surrogate_grad(u)).collect();
     assert_close(
         "spike'(u)",
         &g,
@@ -459,8 +454,20 @@ fn lif_grads_match_finite_differences_of_linearised_spike() {
     // reference for the surrogate gradient of every weight.
     let a = lif_args(12);
     let u0 = lif_u(&a);
-    let g0 = surrogate_grad(&u0).unwrap();
-    let s0 = u0.step().unwrap();
+    let g0: Vec<f64> = u0
+        .to_vec_f64()
+        .unwrap()
+        .into_iter()
+        .map(surrogate_grad)
+        .collect();
+    let g0 = Tensor::from_vec(g0, &[LIF_HID]).unwrap();
+    let s0: Vec<f64> = u0
+        .to_vec_f64()
+        .unwrap()
+        .into_iter()
+        .map(|u| f64::from(u > 0.0))
+        .collect();
+    let s0 = Tensor::from_vec(s0, &[LIF_HID]).unwrap();
     let linearised =
         |args: &[Tensor]| lif_loss_with(args, |u: &Tensor| s0.add(&g0.mul(&u.sub(&u0)?)?));
     let g = grad(lif_loss)(&a).unwrap();

@@ -17,8 +17,8 @@ pub mod transform;
 
 pub use error::{Error, Result};
 pub use graph::{Graph, LinearArg, Primitive};
-pub use ops::{avals, concat, stack, where_};
-pub use tensor::{ArrayData, Aval, DType, Tensor};
+pub use ops::{avals, concat, custom_jvp, spike, stack, where_, CustomJvp, Surrogate};
+pub use tensor::{ArrayData, ArrayElement, Aval, DType, Tensor};
 pub use transform::{
     eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, value_and_grad_vec, vjp,
     vmap, vmap_out, Jit, VjpFn,

@@ -290,7 +290,7 @@ impl BinaryOp {
             BinaryOp::Pow => "pow",
         }
     }
-    fn apply<T: Float>(self, a: T, b: T) -> T {
+    pub(crate) fn apply<T: Float>(self, a: T, b: T) -> T {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
@@ -575,6 +575,22 @@ impl Scalar {
             ScalarOp::Pow => "pow_scalar",
             ScalarOp::Max => "max_scalar",
             ScalarOp::Min => "min_scalar",
+        }
+    }
+}
+
+impl ScalarOp {
+    /// The op on one element (the in-place kernels use it; [`map_scalar`]
+    /// is the allocating form).
+    pub(crate) fn apply<T: Float>(self, x: T, s: T) -> T {
+        match self {
+            ScalarOp::Add => x + s,
+            ScalarOp::Mul => x * s,
+            ScalarOp::RSub => s - x,
+            ScalarOp::RDiv => s / x,
+            ScalarOp::Pow => x.powf(s),
+            ScalarOp::Max => x.max(s),
+            ScalarOp::Min => x.min(s),
         }
     }
 }

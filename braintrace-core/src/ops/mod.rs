@@ -4,13 +4,18 @@
 //! which also do numpy-style broadcasting.
 
 pub mod conv;
+mod custom_jvp;
 pub mod elementwise;
 pub mod index;
+mod inplace;
 pub mod linalg;
 pub mod shape;
+mod spike;
 
 pub use conv::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
+pub use custom_jvp::{custom_jvp, CustomJvp, CustomJvpCall, JvpRule, PrimalFn};
 pub use elementwise::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
+pub use spike::{spike, Spike, Surrogate, SurrogateGrad};
 
 use crate::error::{Error, Result};
 use crate::graph::{bind, bind1, Primitive};

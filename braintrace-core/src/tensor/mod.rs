@@ -4,9 +4,11 @@
 
 mod data;
 mod dtype;
+mod inplace;
 
 pub use data::{ArrayData, Element};
 pub use dtype::{Aval, DType};
+pub use inplace::ArrayElement;
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};

@@ -30,6 +30,14 @@ where
     /// Run: trace on the first call with these avals, then reuse the graph.
     pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         let key = crate::ops::avals(args);
+        if crate::graph::is_tracing() {
+            // Inside another transform's trace, splice in the graph as
+            // traced, not lowered: the outer transform must see custom_jvp
+            // calls (whose rule lowering would discard) and ETP equations.
+            self.traces
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return make_graph(&self.f, &key)?.eval(args);
+        }
         let cached = self
             .cache
             .lock()

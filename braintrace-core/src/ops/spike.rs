@@ -1,0 +1,309 @@
+//! Surrogate-gradient spikes: `spike(u, surrogate)` is the Heaviside step
+//! `1[u > 0]` (in `u`'s dtype) in the forward pass, and its JVP is
+//! `surrogate'(u) ⊙ tangent`. Under tracing it is **one** `spike` equation
+//! (a dedicated core op rather than a `custom_jvp`, so the learning compiler
+//! and `jit` see one cheap kernel). The surrogate derivative is itself a
+//! core op, `spike_surrogate_grad`, whose JVP is written with core ops, so
+//! derivatives of every order are exact.
+//!
+//! The surrogates follow brainstate's definitions (`alpha` sets the
+//! sharpness):
+//!
+//! | surrogate | derivative `g(u)` |
+//! |---|---|
+//! | `Arctan { alpha }` | `alpha/2 / (1 + (π/2 · alpha · u)²)` (`alpha = 2`: braintrace's default `1/(1+(πu)²)`) |
+//! | `Sigmoid { alpha }` | `alpha · σ(alpha u) (1 − σ(alpha u))` |
+//! | `ReluGrad { alpha, width }` | `max(alpha·width − alpha·|u|, 0)` |
+
+use super::check_arity;
+use crate::error::{Error, Result};
+use crate::graph::{bind1, Primitive};
+use crate::tensor::{ArrayData, Aval, Tensor};
+use ndarray::ArrayD;
+use num_traits::Float;
+use std::any::Any;
+use std::f64::consts::PI;
+use std::sync::Arc;
+
+/// Which surrogate derivative a [`spike`] uses in its JVP.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Surrogate {
+    /// `g(u) = alpha/2 / (1 + (π/2 · alpha · u)²)`, the derivative of
+    /// `atan(π/2 · alpha · u)/π + 1/2`.
+    Arctan {
+        /// Sharpness (`2` gives `1/(1+(πu)²)`).
+        alpha: f64,
+    },
+    /// `g(u) = alpha · σ(alpha u) (1 − σ(alpha u))`, the derivative of `σ(alpha u)`.
+    Sigmoid {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = max(alpha·width − alpha·|u|, 0)`: a triangle of half-width
+    /// `width` and height `alpha·width`.
+    ReluGrad {
+        /// Slope of the triangle's sides.
+        alpha: f64,
+        /// Half-width of the support.
+        width: f64,
+    },
+}
+
+impl Default for Surrogate {
+    /// braintrace's default: the arctan surrogate with `alpha = 2`, i.e.
+    /// `g(u) = 1 / (1 + (πu)²)`.
+    fn default() -> Self {
+        Surrogate::Arctan { alpha: 2.0 }
+    }
+}
+
+impl Surrogate {
+    /// brainstate's `ReluGrad` defaults: `alpha = 0.3`, `width = 1`.
+    pub fn relu_grad() -> Self {
+        Surrogate::ReluGrad {
+            alpha: 0.3,
+            width: 1.0,
+        }
+    }
+    /// brainstate's `Sigmoid` default: `alpha = 4`.
+    pub fn sigmoid() -> Self {
+        Surrogate::Sigmoid { alpha: 4.0 }
+    }
+    /// The surrogate's short name and parameters, as printed in graphs.
+    pub fn describe(&self) -> String {
+        match self {
+            Surrogate::Arctan { alpha } => format!("arctan(alpha={alpha})"),
+            Surrogate::Sigmoid { alpha } => format!("sigmoid(alpha={alpha})"),
+            Surrogate::ReluGrad { alpha, width } => {
+                format!("relu_grad(alpha={alpha},width={width})")
+            }
+        }
+    }
+    /// Parameters must be finite and positive.
+    pub fn validate(&self, op: &str) -> Result<()> {
+        let params: &[(&str, f64)] = match self {
+            Surrogate::Arctan { alpha } | Surrogate::Sigmoid { alpha } => &[("alpha", *alpha)],
+            Surrogate::ReluGrad { alpha, width } => &[("alpha", *alpha), ("width", *width)],
+        };
+        for (name, v) in params {
+            if !(v.is_finite() && *v > 0.0) {
+                return Err(Error::Param {
+                    op: op.to_string(),
+                    param: name.to_string(),
+                    reason: format!(
+                        "must be finite and positive, got {v} (surrogate {})",
+                        self.describe()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+    /// The surrogate derivative `g(u)` as a tensor (one
+    /// `spike_surrogate_grad` equation under tracing).
+    pub fn grad(&self, u: &Tensor) -> Result<Tensor> {
+        self.validate("spike_surrogate_grad")?;
+        bind1(Arc::new(SurrogateGrad(*self)), std::slice::from_ref(u))
+    }
+    /// `g'(u)` written with core ops (the JVP of [`Surrogate::grad`]).
+    fn second_derivative(&self, u: &Tensor) -> Result<Tensor> {
+        match *self {
+            Surrogate::Arctan { alpha } => {
+                // g = (α/2) / d, d = 1 + (c u)², c = πα/2: g' = -α c² u / d².
+                let c = PI * alpha / 2.0;
+                let d = u.mul_scalar(c)?.square()?.add_scalar(1.0)?;
+                u.mul_scalar(-alpha * c * c)?.div(&d.square()?)
+            }
+            Surrogate::Sigmoid { alpha } => {
+                // g = α s (1 − s), s = σ(αu): g' = α² s (1 − s)(1 − 2s).
+                let s = u.mul_scalar(alpha)?.sigmoid()?;
+                s.mul(&s.rsub_scalar(1.0)?)?
+                    .mul(&s.mul_scalar(-2.0)?.add_scalar(1.0)?)?
+                    .mul_scalar(alpha * alpha)
+            }
+            Surrogate::ReluGrad { alpha, width } => {
+                // g' = −α sign(u) on |u| < width, 0 outside.
+                let inside = u.abs()?.rsub_scalar(width)?.step()?;
+                u.sign()?.mul(&inside)?.mul_scalar(-alpha)
+            }
+        }
+    }
+}
+
+/// `g(u)` element by element; the surrogate is matched once, outside the loop.
+fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
+    let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
+    let (one, zero) = (T::one(), T::zero());
+    match s {
+        Surrogate::Arctan { alpha } => {
+            let (h, k) = (c(alpha / 2.0), c(PI * alpha / 2.0));
+            a.mapv(|x| {
+                let z = k * x;
+                h / (one + z * z)
+            })
+        }
+        Surrogate::Sigmoid { alpha } => {
+            let al = c(alpha);
+            a.mapv(|x| {
+                let z = al * x;
+                // σ(z) without overflow for large |z|.
+                let s = if z >= zero {
+                    one / (one + (-z).exp())
+                } else {
+                    let e = z.exp();
+                    e / (one + e)
+                };
+                al * s * (one - s)
+            })
+        }
+        Surrogate::ReluGrad { alpha, width } => {
+            let (al, top) = (c(alpha), c(alpha * width));
+            a.mapv(|x| (top - al * x.abs()).max(zero))
+        }
+    }
+}
+
+fn float_operand(op: &str, inputs: &[Aval]) -> Result<Aval> {
+    check_arity(op, inputs, 1)?;
+    if !inputs[0].dtype().is_float() {
+        return Err(Error::dtype(
+            op,
+            format!("expected a float membrane potential, got {}", inputs[0]),
+        ));
+    }
+    Ok(inputs[0].clone())
+}
+
+/// The spike primitive: Heaviside forward, surrogate JVP.
+#[derive(Clone, Debug)]
+pub struct Spike(pub Surrogate);
+
+impl Primitive for Spike {
+    fn name(&self) -> String {
+        "spike".into()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![("surrogate".into(), self.0.describe())]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![float_operand("spike", inputs)?])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        check_arity("spike", inputs, 1)?;
+        float_operand("spike", &[inputs[0].aval()])?;
+        // The step kernel of the core `step` op.
+        super::elementwise::Unary(super::UnaryOp::Step).eval(inputs)
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        check_arity("spike", p, 1)?;
+        let y = bind1(Arc::new(self.clone()), &p[..1])?;
+        let dt = match t.first().and_then(Option::as_ref) {
+            Some(t) => Some(t.mul(&self.0.grad(&p[0])?)?),
+            None => None,
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        check_arity("spike", args, 1)?;
+        Ok((
+            vec![bind1(Arc::new(self.clone()), &args[..1])?],
+            vec![batched[0]],
+        ))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The surrogate derivative `g(u)` as a primitive (one fused kernel).
+#[derive(Clone, Debug)]
+pub struct SurrogateGrad(pub Surrogate);
+
+impl Primitive for SurrogateGrad {
+    fn name(&self) -> String {
+        "spike_surrogate_grad".into()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![("surrogate".into(), self.0.describe())]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![float_operand("spike_surrogate_grad", inputs)?])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        const OP: &str = "spike_surrogate_grad";
+        check_arity(OP, inputs, 1)?;
+        let s = self.0;
+        let d = match inputs[0].data_for(OP)? {
+            ArrayData::F32(a) => ArrayData::F32(surrogate_kernel(s, a)),
+            ArrayData::F64(a) => ArrayData::F64(surrogate_kernel(s, a)),
+            other => {
+                return Err(Error::dtype(
+                    OP,
+                    format!("expected a float membrane potential, got {}", other.dtype()),
+                ))
+            }
+        };
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        check_arity("spike_surrogate_grad", p, 1)?;
+        let y = bind1(Arc::new(self.clone()), &p[..1])?;
+        let dt = match t.first().and_then(Option::as_ref) {
+            Some(t) => Some(t.mul(&self.0.second_derivative(&p[0])?)?),
+            None => None,
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        check_arity("spike_surrogate_grad", args, 1)?;
+        Ok((
+            vec![bind1(Arc::new(self.clone()), &args[..1])?],
+            vec![batched[0]],
+        ))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A spike: `1[u > 0]` in `u`'s dtype, with the JVP `surrogate'(u) ⊙ du`.
+/// One `spike` equation under tracing.
+///
+/// ```
+/// use braintrace_core::{grad, ops::{spike, Surrogate}, Tensor};
+/// let u = Tensor::from_vec(vec![-0.5, 0.0, 0.5], &[3])?;
+/// assert_eq!(spike(&u, Surrogate::default())?.to_vec_f64()?, vec![0.0, 0.0, 1.0]);
+/// let g = grad(|a: &[Tensor]| spike(&a[0], Surrogate::default())?.sum_all())(&[u])?;
+/// let pi = std::f64::consts::PI;
+/// assert!((g[0].to_vec_f64()?[0] - 1.0 / (1.0 + (0.5 * pi).powi(2))).abs() < 1e-15);
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+pub fn spike(u: &Tensor, surrogate: Surrogate) -> Result<Tensor> {
+    surrogate.validate("spike")?;
+    bind1(Arc::new(Spike(surrogate)), std::slice::from_ref(u))
+}
+
+impl Tensor {
+    /// `spike(self, surrogate)`: see [`spike`].
+    pub fn spike(&self, surrogate: Surrogate) -> Result<Tensor> {
+        spike(self, surrogate)
+    }
+}
