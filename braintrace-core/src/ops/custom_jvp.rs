@@ -202,10 +202,10 @@ impl Primitive for CustomJvpCall {
         check_arity(&op, inputs, self.graph.invars.len())?;
         for (i, (a, e)) in inputs.iter().zip(self.graph.in_avals()).enumerate() {
             if *a != e {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     op,
-                    format!("argument {i}: {a} vs traced {e}"),
-                    "arguments must have the abstract values the function was traced with",
+                    [a.shape(), e.shape()],
+                    format!("argument {i} is {a} but the function was traced with {e}"),
                 ));
             }
         }
@@ -256,14 +256,15 @@ impl Primitive for CustomJvpCall {
         }
         for (i, ((o, t), w)) in outs.iter().zip(&touts).zip(&want).enumerate() {
             if o.aval() != *w || t.aval() != *w {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     op,
+                    [o.shape(), t.shape(), w.shape()],
                     format!(
-                        "output {i}: rule gives {} with tangent {}, function gives {w}",
+                        "output {i}: the JVP rule gives {} with tangent {} but the function \
+                         gives {w}; the rule's outputs and tangents must match the function's",
                         o.aval(),
                         t.aval()
                     ),
-                    "the JVP rule's outputs and tangents must match the function's outputs",
                 ));
             }
         }

@@ -100,7 +100,7 @@ macro_rules! with_binary {
 fn symbolic_error(op: &str, t: &Tensor) -> Error {
     Error::Symbolic {
         op: op.to_string(),
-        shape: t.shape().to_vec(),
+        shape: t.shape().into(),
     }
 }
 
@@ -131,9 +131,9 @@ fn check_operands(op: &str, out: &Tensor, xs: &[&Tensor], float: bool) -> Result
         }
         let b = super::broadcast_shapes(op, &[out.shape(), x.shape()]);
         if b.as_deref().ok() != Some(out.shape()) {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!("{:?} into {:?}", x.shape(), out.shape()),
+                [x.shape(), out.shape()],
                 "the operand must broadcast to the output's shape (the output is not resized)",
             ));
         }
@@ -320,24 +320,24 @@ impl Tensor {
             ));
         }
         let (so, sa, sb) = (self.shape(), a.shape(), b.shape());
-        let shapes = || format!("{so:?} = {sa:?} @ {sb:?}");
+        let shapes = || [so, sa, sb];
         let r = so.len();
         if r < 2 || sa.len() != r || sb.len() != r {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 OP,
                 shapes(),
                 "output and operands must have one rank >= 2",
             ));
         }
         if sa[..r - 2] != so[..r - 2] || sb[..r - 2] != so[..r - 2] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 OP,
                 shapes(),
                 "leading (batch) dimensions must be equal",
             ));
         }
         if sa[r - 1] != sb[r - 2] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 OP,
                 shapes(),
                 format!(
@@ -348,7 +348,7 @@ impl Tensor {
             ));
         }
         if so[r - 2] != sa[r - 2] || so[r - 1] != sb[r - 1] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 OP,
                 shapes(),
                 format!("the output must be {:?}", [sa[r - 2], sb[r - 1]]),

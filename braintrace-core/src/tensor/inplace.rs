@@ -85,7 +85,7 @@ impl Tensor {
         if let Repr::Symbolic(v) = &*self.0 {
             return Err(Error::Symbolic {
                 op: op.to_string(),
-                shape: v.aval.shape().to_vec(),
+                shape: v.aval.shape().into(),
             });
         }
         if Arc::get_mut(&mut self.0).is_none() {
@@ -135,7 +135,7 @@ impl Tensor {
             Ok(Repr::Concrete(d)) => Ok(d),
             Ok(Repr::Symbolic(v)) => Err(Error::Symbolic {
                 op: "Tensor::into_data".into(),
-                shape: v.aval.shape().to_vec(),
+                shape: v.aval.shape().into(),
             }),
             Err(shared) => Tensor(shared).data_for("Tensor::into_data").cloned(),
         }
