@@ -1,18 +1,18 @@
-//! Spec-based registration: one value, `EtpPrimitiveSpec`, fully describes a
-//! primitive (name, impl, the four rules, layout, flags);
-//! `register_primitive_spec` builds the primitive and `get_primitive_spec`
-//! returns that very spec.
+//! Spec-based description: one value, `EtpPrimitiveSpec`, fully describes a
+//! primitive (name, impl, the four rules, layout, flags). It is plain data:
+//! `register_primitive_spec` (in `registration`) builds the primitive from
+//! it, and `get_primitive_spec` returns that very spec.
 
+use super::options::PrimitiveOptions;
 use super::params::Params;
-use super::primitive::{
-    new_primitive, runtime_origin, Counterpart, EtpPrimitive, ImplFn, PrimitiveOptions,
-};
-use super::registry;
 use super::rules::{EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, XyToDw, YwToW};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::fmt;
 use std::sync::Arc;
+
+/// The implementation function of an ETP primitive: operands and params to `y`.
+pub type ImplFn = Arc<dyn Fn(&[Tensor], &Params) -> Result<Tensor> + Send + Sync>;
 
 /// A complete description of an ETP primitive. All four rules are required
 /// fields, so an incomplete spec does not compile.
@@ -68,7 +68,8 @@ impl EtpPrimitiveSpec {
         self.options = options;
         self
     }
-    fn rules(&self) -> EtpRules {
+    /// Every rule of the spec, for registration.
+    pub(super) fn rules(&self) -> EtpRules {
         EtpRules {
             yw_to_w: Some(self.yw_to_w.clone()),
             xy_to_dw: Some(self.xy_to_dw.clone()),
@@ -87,51 +88,4 @@ impl fmt::Debug for EtpPrimitiveSpec {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
-}
-
-/// Register a primitive from its spec; fills the same four registries as
-/// class-based registration.
-///
-/// As with [`register_primitive`](super::register_primitive), a name that
-/// is already taken (by a built-in, an `#[etp_primitive]` or an earlier
-/// runtime registration) is refused with an error naming both definitions.
-#[track_caller]
-pub fn register_primitive_spec(spec: Arc<EtpPrimitiveSpec>) -> Result<EtpPrimitive> {
-    let origin = runtime_origin("register_primitive_spec", &spec.name);
-    registry::ensure_static_registrations();
-    build_from_spec(spec, origin)
-}
-
-/// The registration an `#[etp_primitive]` submits: like
-/// [`register_primitive_spec`], but run while the compile-time primitives
-/// are being entered, so it does not wait for them.
-#[doc(hidden)]
-pub fn register_static_spec(spec: Arc<EtpPrimitiveSpec>) -> Result<EtpPrimitive> {
-    let origin = format!("`#[etp_primitive]` `{}`", spec.name);
-    build_from_spec(spec, origin)
-}
-
-fn build_from_spec(spec: Arc<EtpPrimitiveSpec>, origin: String) -> Result<EtpPrimitive> {
-    let p = new_primitive(
-        &spec.name,
-        spec.impl_fn.clone(),
-        spec.options.clone(),
-        Some(spec.clone()),
-        origin,
-    )?;
-    p.register_etp_rules(spec.rules());
-    Ok(p)
-}
-
-/// The spec a primitive was built from (the same `Arc`), or `None` for a
-/// class-based primitive.
-pub fn get_primitive_spec(p: &EtpPrimitive) -> Option<Arc<EtpPrimitiveSpec>> {
-    p.spec().cloned()
-}
-
-/// Set a lazily resolved batched counterpart on options (used by the macros).
-#[doc(hidden)]
-pub fn lazy_counterpart(mut o: PrimitiveOptions, f: fn() -> EtpPrimitive) -> PrimitiveOptions {
-    o.batched_counterpart = Some(Counterpart::Lazy(f));
-    o
 }
