@@ -39,7 +39,8 @@ use rule::Rule;
 /// now binds the primitive: one equation under tracing. Beside it, a module
 /// of the same name holds `Params` (one field per `#[param]`), `SPEC`,
 /// `NAME`, `primitive()` and `try_primitive()`; the primitive is collected
-/// into the registries through `inventory` before user code runs.
+/// into the registries through `inventory`, before any registry lookup or
+/// runtime registration (a runtime registration cannot claim its name).
 ///
 /// Arguments of type `&Tensor` are the operands, in order; every other
 /// argument must be marked `#[param]` and have a param type (an optional
