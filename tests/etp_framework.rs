@@ -605,3 +605,32 @@ fn a_runtime_registration_after_the_built_ins_cannot_claim_their_names() {
         Some(braintrace::prims::etp_lora_mm::primitive())
     );
 }
+
+#[test]
+fn rule_registries_are_views_of_the_primitives_rules() {
+    let p = register_primitive("etp_view_op", scaled_impl, PrimitiveOptions::new()).unwrap();
+    assert!(!ETP_RULES_YW_TO_W.contains(&p));
+    assert!(!ETP_RULES_YW_TO_W.primitives().contains(&p));
+    // A rule registered on the handle is what the registry returns, the same function.
+    let (yw, xy, _, _) = seed_rules(scaled_impl);
+    p.register_yw_to_w(yw.clone());
+    assert!(ETP_RULES_YW_TO_W.get(&p).unwrap().ptr_eq(&yw));
+    assert!(ETP_RULES_YW_TO_W.primitives().contains(&p));
+    assert!(!ETP_RULES_XY_TO_DW.primitives().contains(&p));
+    // Registering again replaces it.
+    let (yw2, _, _, _) = seed_rules(scaled_impl);
+    p.register_yw_to_w(yw2.clone());
+    assert!(ETP_RULES_YW_TO_W.get(&p).unwrap().ptr_eq(&yw2));
+    p.register_xy_to_dw(xy);
+    assert!(ETP_RULES_XY_TO_DW.contains(&p));
+    assert_eq!(ETP_RULES_XY_TO_DW.name(), "xy_to_dw");
+    // A primitive refused at registration is in no registry.
+    let spec = seed_spec("etp_view_op");
+    assert!(register_primitive_spec(spec).is_err());
+    let holders: Vec<EtpPrimitive> = ETP_RULES_INIT_PP
+        .primitives()
+        .into_iter()
+        .filter(|q| q.name() == "etp_view_op")
+        .collect();
+    assert!(holders.is_empty(), "{holders:?}");
+}
