@@ -213,32 +213,48 @@ fn fused<T: Float>(
         s,
     } = dims;
     let g = g.filter(|_| solve != Solve::None);
-    for b in 0..batch {
-        let db = &d[b * no * s * s..(b + 1) * no * s * s];
-        let dfb = &df[b * no * s..(b + 1) * no * s];
-        let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
-        for i in 0..ni {
+    // Input row outermost: the gradient row stays in L1 across the batch,
+    // and D, Df, g (one row per sample) stay in cache across input rows.
+    for i in 0..ni {
+        for b in 0..batch {
+            let db = &d[b * no * s * s..(b + 1) * no * s * s];
+            let dfb = &df[b * no * s..(b + 1) * no * s];
+            let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
             let xi = x.map(|x| x[b * ni + i]).unwrap_or_else(T::one);
             let row = &mut e[(b * ni + i) * no * s..(b * ni + i + 1) * no * s];
             let grow = &mut grad[i * no..(i + 1) * no];
             if s == 1 {
+                // Exact-length slices and zipped iterators: no bounds checks,
+                // so the loop vectorises.
+                let (db, dfb) = (&db[..no], &dfb[..no]);
+                let (row, grow) = (&mut row[..no], &mut grow[..no]);
                 match (gb, solve) {
                     (Some(gb), Solve::After) => {
-                        for o in 0..no {
-                            let v = db[o] * row[o] + xi * dfb[o];
-                            row[o] = v;
-                            grow[o] = grow[o] + gb[o] * v;
+                        for (((e, gr), (&d, &f)), &gv) in row
+                            .iter_mut()
+                            .zip(grow.iter_mut())
+                            .zip(db.iter().zip(dfb))
+                            .zip(&gb[..no])
+                        {
+                            let v = d * *e + xi * f;
+                            *e = v;
+                            *gr = *gr + gv * v;
                         }
                     }
                     (Some(gb), Solve::Before) => {
-                        for o in 0..no {
-                            grow[o] = grow[o] + gb[o] * row[o];
-                            row[o] = db[o] * row[o] + xi * dfb[o];
+                        for (((e, gr), (&d, &f)), &gv) in row
+                            .iter_mut()
+                            .zip(grow.iter_mut())
+                            .zip(db.iter().zip(dfb))
+                            .zip(&gb[..no])
+                        {
+                            *gr = *gr + gv * *e;
+                            *e = d * *e + xi * f;
                         }
                     }
                     _ => {
-                        for o in 0..no {
-                            row[o] = db[o] * row[o] + xi * dfb[o];
+                        for (e, (&d, &f)) in row.iter_mut().zip(db.iter().zip(dfb)) {
+                            *e = d * *e + xi * f;
                         }
                     }
                 }

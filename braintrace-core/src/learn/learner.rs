@@ -299,13 +299,23 @@ impl<M: Model> Learner<M> {
         let nh = self.state.hidden_values().len();
         let nt = self.traces.len();
         let loss_ref = &loss;
-        let grad_fn = Jit::new(move |a: &[Tensor]| {
+        let nfin = 3 * self.fast.len();
+        let multi = self.program.algo.vjp_method() == VjpMethod::MultiStep;
+        // One program per step: the forward (step, D, Df, trace update) and
+        // the gradient (learning signal, solve) traced together, so that
+        // `jit` stages them once and runs them as one graph.
+        let step_fn = Jit::new(move |a: &[Tensor]| {
             let (params, rest) = a.split_at(np);
             let (hidden, rest) = rest.split_at(nh);
             let (x, y, c) = (&rest[0], &rest[1], &rest[2]);
             let traces = &rest[3..3 + nt];
-            let (l, g, signals) = program.gradient(params, hidden, x, y, traces, c, loss_ref)?;
-            let mut v = vec![l];
+            let (_, new_h, new_tr, fin) = program.forward(params, hidden, x, traces)?;
+            let solve_tr = if multi { traces } else { &new_tr[..] };
+            let (l, g, signals) = program.gradient(params, hidden, x, y, solve_tr, c, loss_ref)?;
+            let mut v = new_h;
+            v.extend(new_tr);
+            v.extend(fin);
+            v.push(l);
             v.extend(g);
             v.extend(signals);
             Ok(v)
@@ -331,31 +341,32 @@ impl<M: Model> Learner<M> {
             let n = self.running_index + t;
             let x = xs.index_axis0(t)?.cast(dtype)?;
             let y = ys.index_axis0(t)?.cast(dtype)?;
-            let (_, new_h, new_tr, fin) = self.run_forward(&x, &hidden, &traces)?;
             let c = match &self.program.algo {
                 Algorithm::PpProp(pp) => pp.correction(n),
                 Algorithm::DRtrl(_) => 1.0,
             };
             let c = Tensor::scalar(c).cast(dtype)?;
-            let solve_traces = match self.program.algo.vjp_method() {
-                VjpMethod::SingleStep => &new_tr,
-                VjpMethod::MultiStep => &traces,
-            };
             let mut args = self.state.param_values().to_vec();
             args.extend_from_slice(&hidden);
             args.extend([x, y, c]);
-            args.extend_from_slice(solve_traces);
-            let outs = grad_fn.call(&args)?;
-            losses.push(outs[0].clone());
-            Self::run_fast(&mut fast, &fin, Some(&outs[1 + np..]), fast_solve)?;
-            for (s, g) in sums.iter_mut().zip(&outs[1..1 + np]) {
+            args.extend_from_slice(&traces);
+            let mut outs = step_fn.call(&args)?;
+            let rest = outs.split_off(nh);
+            let new_h = outs;
+            let (new_tr, rest) = rest.split_at(nt);
+            let (fin, rest) = rest.split_at(nfin);
+            let (loss_t, rest) = rest.split_first().expect("the step program returns a loss");
+            let (grads_t, signals) = rest.split_at(np);
+            losses.push(loss_t.clone());
+            Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
+            for (s, g) in sums.iter_mut().zip(grads_t) {
                 *s = Some(match s.take() {
                     Some(a) => a.add(g)?,
                     None => g.clone(),
                 });
             }
             hidden = new_h;
-            traces = new_tr;
+            traces = new_tr.to_vec();
         }
         for f in &mut fast {
             for (p, t) in &mut f.leaves {
