@@ -4,17 +4,8 @@
 use super::layers::{cat_last, Linear};
 use crate::error::Result;
 use crate::learn::{join_path, Init, Model, StepCtx};
+use crate::ops::Surrogate;
 use crate::tensor::Tensor;
-
-/// The Heaviside spike `1[u > 0]` with braintrace's default arctan surrogate
-/// derivative `1 / (1 + (πu)²)`.
-pub fn spike(u: &Tensor) -> Result<Tensor> {
-    // step(u) + s(u) − stop_gradient(s(u)), s(u) = atan(πu)/π: the value is the
-    // step, the derivative is s'(u) = 1/(1 + (πu)²).
-    let pi = std::f64::consts::PI;
-    let s = u.mul_scalar(pi)?.atan()?.mul_scalar(1.0 / pi)?;
-    u.step()?.add(&s)?.sub(&s.stop_gradient()?)
-}
 
 /// An exponential synapse: `g' = exp(−dt/τ)·g + input`; hidden `<path>/g`.
 #[derive(Clone, Debug)]
@@ -79,6 +70,9 @@ pub struct LifCell {
     pub gamma: f64,
     /// Threshold.
     pub v_th: f64,
+    /// The spike's surrogate derivative (default: braintrace's arctan,
+    /// `1 / (1 + (πu)²)`).
+    pub surrogate: Surrogate,
 }
 
 impl LifCell {
@@ -91,6 +85,7 @@ impl LifCell {
             beta,
             gamma,
             v_th,
+            surrogate: Surrogate::default(),
         }
     }
     /// The current's path.
@@ -112,7 +107,7 @@ impl Model for LifCell {
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let i = ctx.hidden(&self.current_path())?;
         let v = ctx.hidden(&self.voltage_path())?;
-        let s = spike(&v.sub_scalar(self.v_th)?)?;
+        let s = v.sub_scalar(self.v_th)?.spike(self.surrogate)?;
         let y = self.rec.step(ctx, &cat_last(x, &s)?)?;
         let i_new = i.mul_scalar(self.gamma)?.add(&y)?;
         let v_new = v
@@ -121,6 +116,6 @@ impl Model for LifCell {
             .add(&i_new)?;
         ctx.set_hidden(&self.current_path(), i_new)?;
         ctx.set_hidden(&self.voltage_path(), v_new.clone())?;
-        spike(&v_new.sub_scalar(self.v_th)?)
+        v_new.sub_scalar(self.v_th)?.spike(self.surrogate)
     }
 }
