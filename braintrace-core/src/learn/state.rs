@@ -165,33 +165,21 @@ impl<'a> StepCtx<'a> {
     }
     /// The value of the parameter leaf `key` (`rnn/Wz/weight/weight`).
     pub fn param(&self, key: &str) -> Result<Tensor> {
-        self.params
-            .iter()
-            .position(|p| p.key == key)
-            .map(|i| self.param_values[i].clone())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "Model::step",
-                    format!(
-                        "no parameter `{key}` was declared (declared: {})",
-                        list(self.params.iter().map(|p| p.key.as_str()))
-                    ),
-                )
-            })
+        let i = find(
+            self.params.iter().map(|p| p.key.as_str()),
+            key,
+            "parameter",
+            "Model::step",
+        )?;
+        Ok(self.param_values[i].clone())
     }
     fn hidden_index(&self, path: &str) -> Result<usize> {
-        self.hidden
-            .iter()
-            .position(|h| h.path == path)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "Model::step",
-                    format!(
-                        "no hidden state `{path}` was declared (declared: {})",
-                        list(self.hidden.iter().map(|h| h.path.as_str()))
-                    ),
-                )
-            })
+        find(
+            self.hidden.iter().map(|h| h.path.as_str()),
+            path,
+            "hidden state",
+            "Model::step",
+        )
     }
     /// The old value of the hidden state `path`.
     pub fn hidden(&self, path: &str) -> Result<Tensor> {
@@ -220,6 +208,40 @@ impl<'a> StepCtx<'a> {
             .map(|(n, o)| n.unwrap_or_else(|| o.clone()))
             .collect()
     }
+}
+
+/// The position of `name` among `names`, or an error from `op` listing them.
+fn find<'s>(
+    names: impl Iterator<Item = &'s str> + Clone,
+    name: &str,
+    what: &str,
+    op: &str,
+) -> Result<usize> {
+    names.clone().position(|n| n == name).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!("no {what} `{name}` (declared: {})", list(names)),
+        )
+    })
+}
+
+/// Replace `slot` by `value` cast to `dtype`, refusing a change of shape.
+fn replace_checked(
+    slot: &mut Tensor,
+    value: &Tensor,
+    dtype: DType,
+    op: &str,
+    what: &str,
+) -> Result<()> {
+    if value.shape() != slot.shape() {
+        return Err(Error::shape(
+            op,
+            format!("new {:?} vs {:?}", value.shape(), slot.shape()),
+            format!("{what} keeps its shape"),
+        ));
+    }
+    *slot = value.cast(dtype)?;
+    Ok(())
 }
 
 fn list<'s>(it: impl Iterator<Item = &'s str>) -> String {
@@ -312,18 +334,12 @@ impl ModelState {
             .collect()
     }
     fn param_index(&self, key: &str) -> Result<usize> {
-        self.params
-            .iter()
-            .position(|p| p.key == key)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "ModelState",
-                    format!(
-                        "no parameter `{key}` (parameters: {})",
-                        list(self.params.iter().map(|p| p.key.as_str()))
-                    ),
-                )
-            })
+        find(
+            self.params.iter().map(|p| p.key.as_str()),
+            key,
+            "parameter",
+            "ModelState",
+        )
     }
     /// The value of parameter `key`.
     pub fn param(&self, key: &str) -> Result<&Tensor> {
@@ -332,15 +348,14 @@ impl ModelState {
     /// Replace parameter `key` (same shape; cast to the state's dtype).
     pub fn set_param(&mut self, key: &str, value: &Tensor) -> Result<()> {
         let i = self.param_index(key)?;
-        if value.shape() != self.param_values[i].shape() {
-            return Err(Error::shape(
-                "ModelState::set_param",
-                format!("{:?} vs {:?}", value.shape(), self.param_values[i].shape()),
-                format!("parameter `{key}` keeps its shape"),
-            ));
-        }
-        self.param_values[i] = value.cast(self.dtype)?;
-        Ok(())
+        let what = format!("parameter `{key}`");
+        replace_checked(
+            &mut self.param_values[i],
+            value,
+            self.dtype,
+            "ModelState::set_param",
+            &what,
+        )
     }
     /// Replace several parameters at once; nothing changes if any is wrong.
     pub fn set_params(&mut self, values: &TensorDict) -> Result<()> {
@@ -352,18 +367,12 @@ impl ModelState {
         Ok(())
     }
     fn hidden_index(&self, path: &str) -> Result<usize> {
-        self.hidden
-            .iter()
-            .position(|h| h.path == path)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "ModelState",
-                    format!(
-                        "no hidden state `{path}` (hidden states: {})",
-                        list(self.hidden.iter().map(|h| h.path.as_str()))
-                    ),
-                )
-            })
+        find(
+            self.hidden.iter().map(|h| h.path.as_str()),
+            path,
+            "hidden state",
+            "ModelState",
+        )
     }
     /// The current value of hidden state `path`.
     pub fn hidden_value(&self, path: &str) -> Result<&Tensor> {
@@ -372,15 +381,14 @@ impl ModelState {
     /// Replace hidden state `path` (same shape; cast to the state's dtype).
     pub fn set_hidden(&mut self, path: &str, value: &Tensor) -> Result<()> {
         let i = self.hidden_index(path)?;
-        if value.shape() != self.hidden_values[i].shape() {
-            return Err(Error::shape(
-                "ModelState::set_hidden",
-                format!("{:?} vs {:?}", value.shape(), self.hidden_values[i].shape()),
-                format!("hidden state `{path}` keeps its shape"),
-            ));
-        }
-        self.hidden_values[i] = value.cast(self.dtype)?;
-        Ok(())
+        let what = format!("hidden state `{path}`");
+        replace_checked(
+            &mut self.hidden_values[i],
+            value,
+            self.dtype,
+            "ModelState::set_hidden",
+            &what,
+        )
     }
     /// Replace every hidden value (declaration order), as returned by a step.
     pub(crate) fn replace_hidden(&mut self, values: Vec<Tensor>) {
