@@ -666,7 +666,7 @@ fn make_graph_display() {
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(
         lines.len(),
-        g.eqns.len() + 2,
+        g.eqns().len() + 2,
         "header, one line per equation, footer:\n{s}"
     );
     assert_eq!(
@@ -801,7 +801,7 @@ fn gru_cell_graph_and_gradients() {
         s.contains("logistic") && s.contains("tanh") && s.contains("matmul"),
         "{s}"
     );
-    assert_eq!(s.lines().count(), g.eqns.len() + 2);
+    assert_eq!(s.lines().count(), g.eqns().len() + 2);
     // Forward against explicit loops.
     let y = gru(&args).unwrap().remove(0);
     let av: Vec<Vec<f64>> = args.iter().map(v).collect();

@@ -856,10 +856,10 @@ fn check_vmap(ctx: &mut Ctx, c: &Case, v: &Value) -> R<()> {
     let g = make_graph(vmap(c.f(), in_axes.clone()), &avals).map_err(err)?;
     let names = g.primitive_names();
     let etp: Vec<String> = g
-        .eqns
+        .eqns()
         .iter()
-        .filter(|e| as_etp_eqn(&*e.prim).is_some())
-        .map(|e| e.prim.name())
+        .filter(|e| as_etp_eqn(&**e.prim()).is_some())
+        .map(|e| e.prim().name())
         .collect();
     // The counterpart is re-bound only when x alone is mapped; mapping any
     // other operand decomposes (README section 7.2).

@@ -1,14 +1,20 @@
 //! The graph IR (the analogue of a jaxpr): typed SSA equations naming their
-//! primitive and params, the tracer that records them, an evaluator and a
-//! readable printer.
+//! primitive and params, the tracer that records them, the interpreter that
+//! walks them, analysis and surgery, and a readable printer.
 //!
 //! Tracing is *omnistaging*: while any trace is active, every `bind` is
 //! recorded in the innermost one; operands that belong to an enclosing trace
 //! (or are concrete) are captured as constants of the inner graph. Eager
 //! evaluation happens only when no trace is active.
 
+mod analysis;
+mod builder;
+mod interpret;
 mod primitive;
 
+pub use analysis::{Reachable, Slice};
+pub use builder::GraphBuilder;
+pub use interpret::interpret;
 pub use primitive::{LinearArg, Primitive, PrimitiveClone};
 
 use crate::error::{Error, Result};
@@ -22,34 +28,39 @@ use std::sync::Arc;
 /// Index of a variable in a [`Graph`].
 pub type VarId = usize;
 
-/// One equation: `outputs = prim(inputs)`.
+/// One equation: `outputs = prim(inputs)`. Read it with [`Eqn::prim`],
+/// [`Eqn::inputs`] and [`Eqn::outputs`].
 #[derive(Clone, Debug)]
 pub struct Eqn {
-    /// The primitive with its static params.
-    pub prim: Arc<dyn Primitive>,
-    /// Operand variables.
-    pub inputs: Vec<VarId>,
-    /// Result variables.
-    pub outputs: Vec<VarId>,
+    pub(crate) prim: Arc<dyn Primitive>,
+    pub(crate) inputs: Vec<VarId>,
+    pub(crate) outputs: Vec<VarId>,
 }
 
-/// A traced program: inputs, captured constants, equations, outputs.
+/// A program: inputs, captured constants, equations in SSA order, outputs.
+///
+/// Graphs come from tracing ([`trace`], [`crate::make_graph`]), from the
+/// transforms, from [`GraphBuilder`] / [`Graph::from_parts`] (validated) or
+/// from the surgery methods (which keep them valid); the fields are private,
+/// so every graph satisfies [`Graph::validate`] and evaluates without
+/// panicking.
 #[derive(Clone, Debug)]
 pub struct Graph {
     /// The abstract value of every variable, indexed by [`VarId`].
-    pub avals: Vec<Aval>,
+    pub(crate) avals: Vec<Aval>,
     /// Input variables, in argument order.
-    pub invars: Vec<VarId>,
+    pub(crate) invars: Vec<VarId>,
     /// Variables bound to captured constants.
-    pub constvars: Vec<VarId>,
+    pub(crate) constvars: Vec<VarId>,
     /// The captured values (concrete, or symbolic of an enclosing trace).
-    pub consts: Vec<Tensor>,
+    pub(crate) consts: Vec<Tensor>,
     /// Equations in execution order.
-    pub eqns: Vec<Eqn>,
+    pub(crate) eqns: Vec<Eqn>,
     /// Output variables.
-    pub outvars: Vec<VarId>,
+    pub(crate) outvars: Vec<VarId>,
 }
 
+/// The graph being recorded by one active trace.
 struct Builder {
     id: u64,
     avals: Vec<Aval>,
@@ -281,33 +292,6 @@ impl Graph {
             .map(|&v| self.avals[v].clone())
             .collect()
     }
-    /// Remove equations whose results are never used.
-    pub fn dce(&mut self) {
-        let mut live = vec![false; self.avals.len()];
-        for &v in &self.outvars {
-            live[v] = true;
-        }
-        let mut keep = vec![false; self.eqns.len()];
-        for (i, e) in self.eqns.iter().enumerate().rev() {
-            if e.outputs.iter().any(|&v| live[v]) {
-                keep[i] = true;
-                for &v in &e.inputs {
-                    live[v] = true;
-                }
-            }
-        }
-        let mut k = keep.iter();
-        self.eqns.retain(|_| *k.next().expect("same length"));
-        let (mut cv, mut cs) = (Vec::new(), Vec::new());
-        for (&v, c) in self.constvars.iter().zip(&self.consts) {
-            if live[v] {
-                cv.push(v);
-                cs.push(c.clone());
-            }
-        }
-        self.constvars = cv;
-        self.consts = cs;
-    }
     /// Whether any captured constant is symbolic (the graph depends on an
     /// enclosing trace and may not be cached beyond it).
     pub fn captures_tracers(&self) -> bool {
@@ -318,7 +302,8 @@ impl Graph {
     pub fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.eval_with(inputs, |eqn, ins| bind(eqn.prim.clone(), ins))
     }
-    /// Evaluate with a custom rule per equation (interpreters use this).
+    /// Evaluate with a custom rule per equation, on tensors (the arguments
+    /// must have the graph's input avals). Built on [`interpret`].
     pub fn eval_with<F>(&self, inputs: &[Tensor], mut apply: F) -> Result<Vec<Tensor>>
     where
         F: FnMut(&Eqn, &[Tensor]) -> Result<Vec<Tensor>>,
@@ -339,63 +324,17 @@ impl Graph {
                 ));
             }
         }
-        let last_use = self.last_uses();
-        let mut env: Vec<Option<Tensor>> = vec![None; self.avals.len()];
-        for (&v, t) in self.invars.iter().zip(inputs) {
-            env[v] = Some(t.clone());
-        }
-        for (&v, t) in self.constvars.iter().zip(&self.consts) {
-            env[v] = Some(t.clone());
-        }
-        let mut args = Vec::new();
-        for (i, e) in self.eqns.iter().enumerate() {
-            args.clear();
-            for &v in &e.inputs {
-                args.push(env[v].clone().expect("graph is in SSA order"));
-            }
-            let outs = apply(e, &args)?;
-            for (&v, t) in e.outputs.iter().zip(outs) {
-                env[v] = Some(t);
-            }
-            for &v in &e.inputs {
-                if last_use[v] == i {
-                    env[v] = None;
-                }
-            }
-        }
-        Ok(self
-            .outvars
-            .iter()
-            .map(|&v| env[v].clone().expect("outputs are defined"))
-            .collect())
-    }
-    /// For each variable, the index of the last equation reading it
-    /// (`usize::MAX` when an output or never read).
-    fn last_uses(&self) -> Vec<usize> {
-        let mut last = vec![usize::MAX - 1; self.avals.len()];
-        for (i, e) in self.eqns.iter().enumerate() {
-            for &v in &e.inputs {
-                last[v] = i;
-            }
-        }
-        for &v in self.outvars.iter().chain(&self.invars) {
-            last[v] = usize::MAX;
-        }
-        last
+        interpret(self, inputs.to_vec(), Tensor::clone, |e, args| {
+            apply(e, &args)
+        })
     }
     /// The same computation with every equation that has a lowering (ETP
-    /// primitives) replaced by its implementation's core ops. Analysis sees
-    /// ETP equations; execution runs the lowered graph.
+    /// primitives, closed-graph calls) replaced by its implementation's core
+    /// ops, recursively: an implementation that binds another lowerable
+    /// primitive is lowered in turn. Analysis sees ETP equations; execution
+    /// runs the lowered graph.
     pub fn lower(&self) -> Result<Graph> {
-        let mut g = trace(
-            |args: &[Tensor]| {
-                self.eval_with(args, |e, ins| match e.prim.lower(ins) {
-                    Some(r) => r,
-                    None => bind(e.prim.clone(), ins),
-                })
-            },
-            &self.in_avals(),
-        )?;
+        let mut g = trace(|args: &[Tensor]| lower_into(self, args), &self.in_avals())?;
         g.dce();
         Ok(g)
     }
@@ -405,7 +344,32 @@ impl Graph {
     }
 }
 
-fn var_name(v: VarId) -> String {
+/// Evaluate `g` on `args` with every lowerable equation lowered, recursively.
+fn lower_into(g: &Graph, args: &[Tensor]) -> Result<Vec<Tensor>> {
+    g.eval_with(args, |e, ins| {
+        // Trace the equation's lowering on its own, so that what it binds
+        // can itself be lowered; a primitive without one is bound as is.
+        let mut lowered = true;
+        let sub = trace(
+            |a: &[Tensor]| match e.prim.lower(a) {
+                Some(r) => r,
+                None => {
+                    lowered = false;
+                    Ok(Vec::new())
+                }
+            },
+            &crate::ops::avals(ins),
+        )?;
+        if lowered {
+            lower_into(&sub, ins)
+        } else {
+            bind(e.prim.clone(), ins)
+        }
+    })
+}
+
+/// The printed name of a variable.
+pub(crate) fn var_name(v: VarId) -> String {
     // a, b, ..., z, ba, bb, ... like jaxprs.
     let mut n = v;
     let mut s = Vec::new();

@@ -104,6 +104,20 @@ pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
         let _ = inputs;
         None
     }
+    /// The identity used by common-subexpression elimination
+    /// ([`crate::Graph::cse`]): two equations with equal keys and equal
+    /// operands compute the same values. The default is the name with the
+    /// printed params. Return `None` when that does not identify the
+    /// computation — a primitive holding a closure or a graph, or one with
+    /// effects or randomness — and the equation is never merged.
+    fn cse_key(&self) -> Option<String> {
+        let params: Vec<String> = self
+            .params()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        Some(format!("{}[{}]", self.name(), params.join(" ")))
+    }
     /// For downcasting (the ETP layer recognises its own equations).
     fn as_any(&self) -> &dyn Any;
 }

@@ -50,41 +50,34 @@ pub fn vmap_graph(
             ));
         }
     }
-    let mut val: Vec<Option<Tensor>> = vec![None; g.avals.len()];
-    let mut bat = vec![false; g.avals.len()];
-    for ((&v, a), &b) in g.invars.iter().zip(args).zip(batched) {
-        val[v] = Some(a.clone());
-        bat[v] = b;
-    }
-    for (&v, c) in g.constvars.iter().zip(&g.consts) {
-        val[v] = Some(c.clone());
-    }
-    for e in &g.eqns {
-        let ins: Vec<Tensor> = e
-            .inputs
-            .iter()
-            .map(|&v| val[v].clone().expect("SSA order"))
-            .collect();
-        let bs: Vec<bool> = e.inputs.iter().map(|&v| bat[v]).collect();
-        let (outs, obs) = if bs.iter().any(|&b| b) {
-            e.prim.batch(&ins, &bs, size)?
-        } else {
-            let o = graph::bind(e.prim.clone(), &ins)?;
-            let n = o.len();
-            (o, vec![false; n])
-        };
-        for ((&v, o), b) in e.outputs.iter().zip(outs).zip(obs) {
-            val[v] = Some(o);
-            bat[v] = b;
-        }
-    }
-    Ok((
-        g.outvars
-            .iter()
-            .map(|&v| val[v].clone().expect("defined"))
-            .collect(),
-        g.outvars.iter().map(|&v| bat[v]).collect(),
-    ))
+    let inputs: Vec<(Tensor, bool)> = args.iter().cloned().zip(batched.iter().copied()).collect();
+    let outs = graph::interpret(
+        g,
+        inputs,
+        |c| (c.clone(), false),
+        |e, args: Vec<(Tensor, bool)>| {
+            let (ins, bs): (Vec<Tensor>, Vec<bool>) = args.into_iter().unzip();
+            let (outs, obs) = if bs.iter().any(|&b| b) {
+                e.prim().batch(&ins, &bs, size)?
+            } else {
+                let o = graph::bind(e.prim().clone(), &ins)?;
+                let n = o.len();
+                (o, vec![false; n])
+            };
+            if obs.len() != outs.len() {
+                return Err(Error::invalid(
+                    e.prim().name(),
+                    format!(
+                        "the batching rule returned {} flag(s) for {} output(s)",
+                        obs.len(),
+                        outs.len()
+                    ),
+                ));
+            }
+            Ok(outs.into_iter().zip(obs).collect())
+        },
+    )?;
+    Ok(outs.into_iter().unzip())
 }
 
 /// Vectorise `f` over the axes `in_axes` (`None` = not mapped); outputs are

@@ -8,12 +8,17 @@
 //! nest in any order, and closures may capture tensors of an enclosing trace.
 
 mod batching;
+mod call;
 mod jit;
 mod linearize;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
+pub use call::{as_call, call, Call};
 pub use jit::{jit, Jit};
-pub use linearize::{grad, grad_scalar, value_and_grad, value_and_grad_vec, vjp, VjpFn};
+pub use linearize::{
+    grad, grad_scalar, linearize, transpose, value_and_grad, value_and_grad_vec, vjp, vjp_graph,
+    vjp_graph_at, vjp_graph_of, vjp_of_graph, Linearized, VjpFn,
+};
 
 use crate::error::{Error, Result};
 use crate::graph::{self, Graph};
@@ -88,41 +93,42 @@ pub fn jvp_graph(
     tangents: &[Option<Tensor>],
 ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
     if primals.len() != g.invars.len() || tangents.len() != g.invars.len() {
-        return Err(Error::arity("jvp", g.invars.len(), primals.len()));
+        return Err(Error::arity(
+            "jvp",
+            format!("{} primals and as many tangents", g.invars.len()),
+            primals.len().min(tangents.len()),
+        ));
     }
-    let mut val: Vec<Option<Tensor>> = vec![None; g.avals.len()];
-    let mut tan: Vec<Option<Tensor>> = vec![None; g.avals.len()];
-    for ((&v, p), t) in g.invars.iter().zip(primals).zip(tangents) {
-        val[v] = Some(p.clone());
-        tan[v] = t.clone();
-    }
-    for (&v, c) in g.constvars.iter().zip(&g.consts) {
-        val[v] = Some(c.clone());
-    }
-    for e in &g.eqns {
-        let ins: Vec<Tensor> = e
-            .inputs
-            .iter()
-            .map(|&v| val[v].clone().expect("SSA order"))
-            .collect();
-        let tins: Vec<Option<Tensor>> = e.inputs.iter().map(|&v| tan[v].clone()).collect();
-        let (outs, touts) = if tins.iter().all(Option::is_none) {
-            let outs = graph::bind(e.prim.clone(), &ins)?;
-            let n = outs.len();
-            (outs, vec![None; n])
-        } else {
-            e.prim.jvp(&ins, &tins)?
-        };
-        for ((&v, o), t) in e.outputs.iter().zip(outs).zip(touts) {
-            val[v] = Some(o);
-            tan[v] = t;
-        }
-    }
-    let outs = g
-        .outvars
+    let inputs: Vec<(Tensor, Option<Tensor>)> = primals
         .iter()
-        .map(|&v| val[v].clone().expect("defined"))
+        .cloned()
+        .zip(tangents.iter().cloned())
         .collect();
-    let touts = g.outvars.iter().map(|&v| tan[v].clone()).collect();
-    Ok((outs, touts))
+    let outs = graph::interpret(
+        g,
+        inputs,
+        |c| (c.clone(), None),
+        |e, args: Vec<(Tensor, Option<Tensor>)>| {
+            let (ins, tins): (Vec<Tensor>, Vec<Option<Tensor>>) = args.into_iter().unzip();
+            let (outs, touts) = if tins.iter().all(Option::is_none) {
+                let outs = graph::bind(e.prim().clone(), &ins)?;
+                let n = outs.len();
+                (outs, vec![None; n])
+            } else {
+                e.prim().jvp(&ins, &tins)?
+            };
+            if touts.len() != outs.len() {
+                return Err(Error::invalid(
+                    e.prim().name(),
+                    format!(
+                        "the JVP rule returned {} tangent(s) for {} output(s)",
+                        touts.len(),
+                        outs.len()
+                    ),
+                ));
+            }
+            Ok(outs.into_iter().zip(touts).collect())
+        },
+    )?;
+    Ok(outs.into_iter().unzip())
 }
