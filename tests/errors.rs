@@ -103,7 +103,7 @@ fn matmul_shape_mismatch_names_op_and_shapes() {
 fn structural_shape_errors() {
     let x = z(&[2, 3]);
     let e = err_of("reshape", || x.reshape(&[4, 2]));
-    assert_msg("reshape", &e, &["reshape", "[2,3]", "[4, 2]"]);
+    assert_msg("reshape", &e, &["reshape", "[2, 3]", "[4, 2]"]);
     let e = err_of("broadcast_to", || x.broadcast_to(&[3, 3]));
     assert_msg("broadcast_to", &e, &["broadcast_to", "[2, 3]", "[3, 3]"]);
     let e = err_of("broadcast_to lower rank", || x.broadcast_to(&[3]));
@@ -131,7 +131,7 @@ fn structural_shape_errors() {
     let e = err_of("pad", || x.pad(&[1], &[1]));
     assert_msg("pad", &e, &["pad", "[2, 3]"]);
     let e = err_of("concat", || concat(&[x.clone(), z(&[3, 3])], 1));
-    assert_msg("concat", &e, &["concatenate", "f64[2,3]", "f64[3,3]"]);
+    assert_msg("concat", &e, &["concatenate", "[2, 3]", "[3, 3]"]);
     let e = err_of("stack", || stack(&[x.clone(), z(&[3, 2])], 0));
     assert_msg("stack", &e, &["concatenate"]);
     let e = err_of("scatter_add updates", || {
@@ -579,4 +579,229 @@ fn etp_refusal_has_an_invalid_source_naming_the_primitive() {
         "ETP primitive `etp_x`, rule yw_to_w: add: incompatible shapes [2] and [3]: bad"
     );
     assert!(matches!(w.root(), Error::Shape { .. }));
+}
+
+// ------------------------------------------------------------------ regressions (hostile input)
+
+/// 2^63 + 3: a dimension whose products with small numbers wrap around.
+const HUGE: usize = (1 << 63) + 3;
+
+/// Regression: `reshape` to `[2^63+3, 2]` passed the size check (the product
+/// wrapped to 6) and panicked in the kernel; under tracing it returned Ok
+/// with the impossible shape.
+#[test]
+fn reshape_to_an_overflowing_shape_is_an_error() {
+    let (e, t) = err_eager_and_traced("reshape overflow", &[z(&[6])], |a| a[0].reshape(&[HUGE, 2]));
+    for e in [e, t] {
+        assert!(
+            matches!(e, Error::Shape { ref op, .. } if op == "reshape"),
+            "{e:?}"
+        );
+    }
+}
+
+/// Regression: `broadcast_to` / `broadcast_in_dim` to a `2^63+1` dimension
+/// panicked ("checked broadcastable").
+#[test]
+fn broadcast_to_an_overflowing_dim_is_an_error() {
+    use braintrace::ops::shape::broadcast_in_dim;
+    let (e, t) = err_eager_and_traced("broadcast_to overflow", &[z(&[1, 2])], |a| {
+        a[0].broadcast_to(&[(1 << 63) + 1, 2])
+    });
+    for e in [e, t] {
+        assert!(
+            matches!(e, Error::Shape { ref op, .. } if op == "broadcast_to"),
+            "{e:?}"
+        );
+    }
+    let e = err_of("broadcast_in_dim overflow", || {
+        broadcast_in_dim(&z(&[2]), &[(1 << 63) + 1, 4, 2], &[2])
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+}
+
+/// Regression: `broadcast_in_dim` returned its input unchanged when the
+/// shapes matched, without checking that `dims` has one entry per axis.
+#[test]
+fn broadcast_in_dim_checks_dims_even_when_shapes_match() {
+    use braintrace::ops::shape::broadcast_in_dim;
+    let e = err_of("dims = [] on rank 1", || {
+        broadcast_in_dim(&z(&[3]), &[3], &[])
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    assert_msg("broadcast_in_dim dims", &e, &["broadcast", "[3]"]);
+    let e = err_of("dims too long", || {
+        broadcast_in_dim(&z(&[3]), &[3], &[0, 1])
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    // The genuine no-op still is one.
+    let x = z(&[3]);
+    assert!(broadcast_in_dim(&x, &[3], &[0]).unwrap().ptr_eq(&x));
+}
+
+/// Regression: `pad` of a bool tensor was an error eagerly but Ok under
+/// tracing. Now every dtype pads with its zero (`false`), eagerly and traced.
+#[test]
+fn pad_of_bool_agrees_eagerly_and_traced() {
+    let m = Tensor::from_vec_typed(vec![true, false, true], &[3]).unwrap();
+    let p = m.pad(&[1], &[2]).unwrap();
+    assert_eq!(p.dtype(), DType::Bool);
+    let got: Vec<bool> = p.to_vec_f64().unwrap().iter().map(|&v| v != 0.0).collect();
+    assert_eq!(got, vec![false, true, false, true, false, false]);
+    let out = eval_shape(
+        |a: &[Tensor]| Ok(vec![a[0].pad(&[1], &[2])?]),
+        &[Aval::new(&[3], DType::Bool)],
+    )
+    .unwrap();
+    assert_eq!(out, vec![Aval::new(&[6], DType::Bool)]);
+    let i = Tensor::from_vec_typed(vec![4i64, 5], &[2]).unwrap();
+    assert_eq!(
+        i.pad(&[0], &[1]).unwrap().to_vec_f64().unwrap(),
+        vec![4.0, 5.0, 0.0]
+    );
+    // A padded size that overflows is an error, not a panic.
+    let e = err_of("pad overflow", || z(&[2]).pad(&[usize::MAX], &[1]));
+    assert!(
+        matches!(e, Error::Shape { ref op, .. } if op == "pad"),
+        "{e:?}"
+    );
+}
+
+/// Regression: `mean` over a zero-size axis gave 0; numpy and JAX give NaN.
+#[test]
+fn mean_over_a_zero_size_axis_is_nan() {
+    let x = z(&[0, 3]);
+    let m = x.mean(&[0]).unwrap();
+    assert_eq!(m.shape(), &[3]);
+    assert!(m.to_vec_f64().unwrap().iter().all(|v| v.is_nan()));
+    assert!(x.mean_all().unwrap().item().unwrap().is_nan());
+    // Over the non-empty axis the result is empty, not NaN.
+    assert_eq!(x.mean(&[1]).unwrap().shape(), &[0]);
+    let y = Tensor::from_vec(vec![1.0, 2.0, 6.0], &[3]).unwrap();
+    assert_eq!(y.mean_all().unwrap().item().unwrap(), 3.0);
+}
+
+/// Regression: `div_scalar(s)` computed `mul_scalar(1/s)`: for `s = 1e-310`
+/// (subnormal, `1/s` = inf), `[0, 1e-5, 1]` gave `[NaN, inf, inf]`.
+#[test]
+fn div_scalar_by_a_subnormal_divides() {
+    let s = 1e-310;
+    let x = Tensor::from_vec(vec![0.0, 1e-5, 1.0], &[3]).unwrap();
+    let got = x.div_scalar(s).unwrap().to_vec_f64().unwrap();
+    assert_eq!(got, vec![0.0 / s, 1e-5 / s, 1.0 / s]);
+    assert_eq!(got[0], 0.0);
+    // s is subnormal (few significant bits), so 1e-5/s is 1e305 only roughly.
+    assert!((got[1] / 1e305 - 1.0).abs() < 1e-3, "{}", got[1]);
+    assert!(got[2].is_infinite());
+    // Its derivative and transpose divide too.
+    let g = grad(|a: &[Tensor]| a[0].div_scalar(s)?.sum_all())(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(g[0].to_vec_f64().unwrap(), vec![1.0 / s; 3]);
+}
+
+/// Regression: `from_vec(vec![], &[2^63+1, 0])` failed with the
+/// self-contradicting message "0 elements given, the shape holds 0".
+#[test]
+fn from_vec_with_an_impossible_shape_says_so() {
+    let e = err_of("from_vec impossible", || {
+        Tensor::from_vec(vec![], &[(1 << 63) + 1, 0])
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    assert_msg("from_vec impossible", &e, &["from_vec", "too large"]);
+    assert!(!e.to_string().contains("the shape holds 0"), "{e}");
+    // A possible empty shape is fine.
+    assert_eq!(Tensor::from_vec(vec![], &[4, 0]).unwrap().shape(), &[4, 0]);
+}
+
+/// Regression: `Tensor::zeros` panicked on an oversized shape reached from
+/// user input; the fallible `try_zeros` is an error naming the op.
+#[test]
+fn try_zeros_of_an_oversized_shape_is_an_error() {
+    for shape in [&[HUGE, 2][..], &[1 << 62, 4], &[usize::MAX, usize::MAX, 0]] {
+        let e = err_of("try_zeros", || {
+            Tensor::try_zeros("my_init", shape, DType::F32)
+        });
+        assert!(
+            matches!(e, Error::Shape { ref op, .. } if op == "my_init"),
+            "{e:?}"
+        );
+    }
+    // 2^61 f64 elements: a valid shape, but 2^64 bytes.
+    let e = err_of("try_zeros bytes", || {
+        Tensor::try_zeros("my_init", &[1 << 61], DType::F64)
+    });
+    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    assert_eq!(
+        Tensor::try_zeros("my_init", &[2, 0], DType::Bool)
+            .unwrap()
+            .shape(),
+        &[2, 0]
+    );
+}
+
+/// Regression: `scatter_add` did not check its result shape and panicked
+/// allocating an oversized one (eagerly; traced it returned Ok).
+#[test]
+fn scatter_add_to_an_oversized_shape_is_an_error() {
+    let idx = Tensor::from_vec_typed(Vec::<i64>::new(), &[0]).unwrap();
+    let (e, t) = err_eager_and_traced("scatter_add oversized", &[idx, z(&[0, 1 << 62])], |a| {
+        scatter_add(&a[0], &a[1], 0, &[4, 1 << 62])
+    });
+    for e in [e, t] {
+        assert!(
+            matches!(e, Error::Shape { ref op, .. } if op == "scatter_add"),
+            "{e:?}"
+        );
+    }
+}
+
+/// Regression: the initialisers allocated their traces with the infallible
+/// `Tensor::zeros`, so a huge `num_hidden_state` panicked (dense, LoRA, ...).
+#[test]
+fn init_rules_with_a_huge_num_hidden_state_are_errors() {
+    use braintrace::prims;
+    let f = |s: &[usize]| Aval::new(s, DType::F64);
+    let ws: AvalMap = [
+        ("weight".to_string(), f(&[3, 4])),
+        ("bias".to_string(), f(&[4])),
+    ]
+    .into_iter()
+    .collect();
+    let p = prims::etp_mm::primitive();
+    let params = Params::new().with("has_bias", true);
+    for s in [HUGE, 1 << 62] {
+        let e = err_of("init_drtrl huge", || {
+            p.init_drtrl(Some(&f(&[2, 3])), &f(&[2, 4]), &ws, s, &params)
+        });
+        assert!(matches!(e.root(), Error::Shape { .. }), "{e:?}");
+        assert_msg("init_drtrl huge", &e, &["etp_mm", "init_drtrl"]);
+        let e = err_of("init_pp huge", || {
+            p.init_pp(Some(&f(&[2, 3])), &f(&[2, 4]), &ws, s, &params)
+        });
+        assert!(matches!(e.root(), Error::Shape { .. }), "{e:?}");
+        assert_msg("init_pp huge", &e, &["etp_mm", "init_pp"]);
+    }
+}
+
+/// Regression: LoRA's `init_drtrl` indexed `w.shape()[0]` of a rank-0
+/// `lora_b` (index out of bounds).
+#[test]
+fn lora_init_drtrl_with_a_rank_0_lora_b_is_an_error() {
+    use braintrace::prims;
+    let f = |s: &[usize]| Aval::new(s, DType::F64);
+    let ws: AvalMap = [
+        ("lora_b".to_string(), f(&[])),
+        ("lora_a".to_string(), f(&[2, 4])),
+    ]
+    .into_iter()
+    .collect();
+    let params = Params::new()
+        .with("alpha", 1.0)
+        .with("has_bias", false)
+        .with("rank", 2usize);
+    let p = prims::etp_lora_mm::primitive();
+    let e = err_of("lora rank-0 lora_b", || {
+        p.init_drtrl(Some(&f(&[1, 3])), &f(&[1, 4]), &ws, 1, &params)
+    });
+    assert!(matches!(e.root(), Error::Shape { .. }), "{e:?}");
+    assert_msg("lora rank-0", &e, &["etp_lora_mm", "lora_b"]);
 }

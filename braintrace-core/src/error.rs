@@ -158,6 +158,18 @@ pub enum Error {
         /// The operand's shape.
         shape: Shape,
     },
+    /// An index value outside the axis it indexes (`take`, `scatter_add`).
+    #[error("{op}: index {index} is out of bounds for axis {axis} with size {size} (valid range [0, {size}))")]
+    Index {
+        /// The op.
+        op: String,
+        /// The offending index.
+        index: i64,
+        /// The indexed axis.
+        axis: usize,
+        /// That axis's size.
+        size: usize,
+    },
     /// A value-dependent question asked of a symbolic tensor while tracing.
     #[error(
         "{op}: needs concrete data but got a symbolic tensor of shape {shape} (it is being traced)"
@@ -352,6 +364,7 @@ impl Error {
             | Error::DType { op, .. }
             | Error::Arity { op, .. }
             | Error::Axis { op, .. }
+            | Error::Index { op, .. }
             | Error::Symbolic { op, .. }
             | Error::EscapedTracer { op, .. }
             | Error::Param { op, .. }

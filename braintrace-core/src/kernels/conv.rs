@@ -7,6 +7,7 @@
 //! bounds checks), an im2col buffer per (batch, group), and a GEMM through ndarray's
 //! `general_mat_mul` (which dispatches to `matrixmultiply` for f32/f64).
 
+use crate::error::{Error, Result};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayD, ArrayView2, ArrayViewD, ArrayViewMut2, IxDyn};
 use num_traits::Float;
@@ -31,18 +32,17 @@ impl ConvGeometry {
     /// dilated_k = (k-1)*rhs_dil+1; out = if padded >= dilated_k { (padded - dilated_k)/stride + 1 } else { 0 }.
     ///
     /// A zero-sized input dim has dilated size 0, a zero-sized kernel dim has dilated size 0.
-    pub fn output_spatial(
-        &self,
-        in_spatial: &[usize],
-        k_spatial: &[usize],
-    ) -> Result<Vec<usize>, String> {
+    pub fn output_spatial(&self, in_spatial: &[usize], k_spatial: &[usize]) -> Result<Vec<usize>> {
         let d = in_spatial.len();
         self.validate(d)?;
         if k_spatial.len() != d {
-            return Err(format!(
-                "conv: kernel has {} spatial dims but input has {}",
-                k_spatial.len(),
-                d
+            return Err(Error::invalid(
+                "conv",
+                format!(
+                    "kernel has {} spatial dims but input has {}",
+                    k_spatial.len(),
+                    d
+                ),
             ));
         }
         (0..d)
@@ -52,12 +52,15 @@ impl ConvGeometry {
                 let padded = dil_in
                     .checked_add(lo)
                     .and_then(|v| v.checked_add(hi))
-                    .ok_or_else(|| format!("conv: padded size overflows in spatial dim {i}"))?;
+                    .ok_or_else(|| {
+                        Error::invalid("conv", format!("padded size overflows in spatial dim {i}"))
+                    })?;
                 let dil_k = dilated_size(k_spatial[i], self.rhs_dilation[i])?;
                 if padded >= dil_k {
                     let out = (padded - dil_k) / self.strides[i] as i64 + 1;
-                    usize::try_from(out)
-                        .map_err(|_| format!("conv: output size overflows in spatial dim {i}"))
+                    usize::try_from(out).map_err(|_| {
+                        Error::invalid("conv", format!("output size overflows in spatial dim {i}"))
+                    })
                 } else {
                     Ok(0)
                 }
@@ -66,55 +69,55 @@ impl ConvGeometry {
     }
 
     /// Checks the per-dimension vectors have length `d` and all factors are >= 1.
-    fn validate(&self, d: usize) -> Result<(), String> {
+    fn validate(&self, d: usize) -> Result<()> {
         if self.strides.len() != d
             || self.padding.len() != d
             || self.lhs_dilation.len() != d
             || self.rhs_dilation.len() != d
         {
-            return Err(format!(
-                "conv: geometry has strides/padding/lhs_dilation/rhs_dilation of lengths {}/{}/{}/{} but there are {} spatial dims",
+            return Err(Error::invalid("conv", format!(
+                "geometry has strides/padding/lhs_dilation/rhs_dilation of lengths {}/{}/{}/{} but there are {} spatial dims",
                 self.strides.len(),
                 self.padding.len(),
                 self.lhs_dilation.len(),
                 self.rhs_dilation.len(),
                 d
-            ));
+            )));
         }
         if self.strides.contains(&0) {
-            return Err(format!(
-                "conv: strides must be >= 1, got {:?}",
-                self.strides
+            return Err(Error::invalid(
+                "conv",
+                format!("strides must be >= 1, got {:?}", self.strides),
             ));
         }
         if self.lhs_dilation.contains(&0) {
-            return Err(format!(
-                "conv: lhs_dilation must be >= 1, got {:?}",
-                self.lhs_dilation
+            return Err(Error::invalid(
+                "conv",
+                format!("lhs_dilation must be >= 1, got {:?}", self.lhs_dilation),
             ));
         }
         if self.rhs_dilation.contains(&0) {
-            return Err(format!(
-                "conv: rhs_dilation must be >= 1, got {:?}",
-                self.rhs_dilation
+            return Err(Error::invalid(
+                "conv",
+                format!("rhs_dilation must be >= 1, got {:?}", self.rhs_dilation),
             ));
         }
         if self.feature_group_count == 0 {
-            return Err("conv: feature_group_count must be >= 1".to_string());
+            return Err(Error::invalid("conv", "feature_group_count must be >= 1"));
         }
         Ok(())
     }
 }
 
 /// `(n-1)*dil+1` (0 when n == 0) as i64.
-fn dilated_size(n: usize, dil: usize) -> Result<i64, String> {
+fn dilated_size(n: usize, dil: usize) -> Result<i64> {
     if n == 0 {
         return Ok(0);
     }
     (n as i64 - 1)
         .checked_mul(dil as i64)
         .and_then(|v| v.checked_add(1))
-        .ok_or_else(|| "conv: dilated size overflows".to_string())
+        .ok_or_else(|| Error::invalid("conv", "dilated size overflows"))
 }
 
 /// SAME padding per JAX: out = ceil(n/s); pad_total = max((out-1)*s + (k-1)*d + 1 - n, 0); lo = pad_total/2; hi = pad_total - lo.
@@ -176,15 +179,19 @@ impl Dims {
 }
 
 /// Validates x/k shapes and geometry; returns the dims (output spatial computed).
-fn check_dims(x_shape: &[usize], k_shape: &[usize], geo: &ConvGeometry) -> Result<Dims, String> {
+fn check_dims(x_shape: &[usize], k_shape: &[usize], geo: &ConvGeometry) -> Result<Dims> {
     if x_shape.len() < 3 {
-        return Err(format!(
-            "conv: input must have shape (N, C, spatial..) with >= 1 spatial dim, got {x_shape:?}"
+        return Err(Error::shapes(
+            "conv",
+            [x_shape, k_shape],
+            "the input must have shape (N, C, spatial..) with >= 1 spatial dim",
         ));
     }
     if k_shape.len() != x_shape.len() {
-        return Err(format!(
-            "conv: kernel shape {k_shape:?} must have the same rank as input shape {x_shape:?}"
+        return Err(Error::shapes(
+            "conv",
+            [x_shape, k_shape],
+            "the kernel must have the same rank as the input",
         ));
     }
     let d = x_shape.len() - 2;
@@ -192,16 +199,20 @@ fn check_dims(x_shape: &[usize], k_shape: &[usize], geo: &ConvGeometry) -> Resul
     let g = geo.feature_group_count;
     let (n, c, o) = (x_shape[0], x_shape[1], k_shape[0]);
     if c % g != 0 || o % g != 0 {
-        return Err(format!(
-            "conv: input channels {c} and output channels {o} must be divisible by feature_group_count {g}"
+        return Err(Error::shapes(
+            "conv",
+            [x_shape, k_shape],
+            format!("input channels {c} and output channels {o} must be divisible by feature_group_count {g}"),
         ));
     }
     if k_shape[1] != c / g {
-        return Err(format!(
-            "conv: kernel shape {k_shape:?} must have C/G = {}/{} = {} input channels",
-            c,
-            g,
-            c / g
+        return Err(Error::shapes(
+            "conv",
+            [x_shape, k_shape],
+            format!(
+                "the kernel must have C/G = {c}/{g} = {} input channels",
+                c / g
+            ),
         ));
     }
     let ys = geo.output_spatial(&x_shape[2..], &k_shape[2..])?;
@@ -410,16 +421,13 @@ fn col2im<T: Float>(plan: &Plan, col: &[T], s_in: usize, p_len: usize, cg: usize
     }
 }
 
-fn contiguous<'a, T>(
-    a: &'a ndarray::CowArray<'_, T, IxDyn>,
-    what: &str,
-) -> Result<&'a [T], String> {
+fn contiguous<'a, T>(a: &'a ndarray::CowArray<'_, T, IxDyn>, what: &str) -> Result<&'a [T]> {
     a.as_slice()
-        .ok_or_else(|| format!("conv: internal error: {what} is not contiguous"))
+        .ok_or_else(|| Error::invalid("conv", format!("internal error: {what} is not contiguous")))
 }
 
-fn shape_err<E: std::fmt::Display>(e: E) -> String {
-    format!("conv: internal shape error: {e}")
+fn shape_err<E: std::fmt::Display>(e: E) -> Error {
+    Error::invalid("conv", format!("internal shape error: {e}"))
 }
 
 /// Forward convolution: `y[n,o,p] = Σ_{c in group(o), u} xpad[n, c, p*stride + u*rhs_dil] * k[o, c - group_start, u]`.
@@ -427,7 +435,7 @@ pub fn conv_forward<T>(
     x: &ArrayViewD<T>,
     k: &ArrayViewD<T>,
     geo: &ConvGeometry,
-) -> Result<ArrayD<T>, String>
+) -> Result<ArrayD<T>>
 where
     T: Float + 'static + Send + Sync,
 {
@@ -453,7 +461,7 @@ where
     let mut col = vec![T::zero(); ck * p_len];
     let ys = y
         .as_slice_mut()
-        .ok_or_else(|| "conv: internal error: y is not contiguous".to_string())?;
+        .ok_or_else(|| Error::invalid("conv", "internal error: y is not contiguous"))?;
     for n in 0..dims.n {
         for g in 0..dims.groups {
             let x_off = (n * dims.c + g * cg) * s_in;
@@ -482,16 +490,16 @@ pub fn conv_transpose_lhs<T>(
     k: &ArrayViewD<T>,
     geo: &ConvGeometry,
     x_shape: &[usize],
-) -> Result<ArrayD<T>, String>
+) -> Result<ArrayD<T>>
 where
     T: Float + 'static + Send + Sync,
 {
     let dims = check_dims(x_shape, k.shape(), geo)?;
     if ct.shape() != dims.y_shape().as_slice() {
-        return Err(format!(
-            "conv_transpose_lhs: cotangent shape {:?} does not match output shape {:?}",
-            ct.shape(),
-            dims.y_shape()
+        return Err(Error::shapes(
+            "conv_transpose_lhs",
+            [ct.shape(), &dims.y_shape()[..]],
+            "the cotangent must have the conv output shape (the second)",
         ));
     }
     let mut dx = ArrayD::<T>::zeros(IxDyn(&dims.x_shape()));
@@ -515,7 +523,7 @@ where
     let mut col = vec![T::zero(); ck * p_len];
     let dxs = dx
         .as_slice_mut()
-        .ok_or_else(|| "conv: internal error: dx is not contiguous".to_string())?;
+        .ok_or_else(|| Error::invalid("conv", "internal error: dx is not contiguous"))?;
     for n in 0..dims.n {
         for g in 0..dims.groups {
             let c_off = (n * dims.o + g * og) * p_len;
@@ -547,16 +555,16 @@ pub fn conv_transpose_rhs<T>(
     ct: &ArrayViewD<T>,
     geo: &ConvGeometry,
     k_shape: &[usize],
-) -> Result<ArrayD<T>, String>
+) -> Result<ArrayD<T>>
 where
     T: Float + 'static + Send + Sync,
 {
     let dims = check_dims(x.shape(), k_shape, geo)?;
     if ct.shape() != dims.y_shape().as_slice() {
-        return Err(format!(
-            "conv_transpose_rhs: cotangent shape {:?} does not match output shape {:?}",
-            ct.shape(),
-            dims.y_shape()
+        return Err(Error::shapes(
+            "conv_transpose_rhs",
+            [ct.shape(), &dims.y_shape()[..]],
+            "the cotangent must have the conv output shape (the second)",
         ));
     }
     let mut dk = ArrayD::<T>::zeros(IxDyn(&dims.k_shape()));
@@ -579,7 +587,7 @@ where
     let mut col = vec![T::zero(); ck * p_len];
     let dks = dk
         .as_slice_mut()
-        .ok_or_else(|| "conv: internal error: dk is not contiguous".to_string())?;
+        .ok_or_else(|| Error::invalid("conv", "internal error: dk is not contiguous"))?;
     let mut dkmat = ArrayViewMut2::from_shape((dims.o, ck), dks).map_err(shape_err)?;
     for n in 0..dims.n {
         for g in 0..dims.groups {

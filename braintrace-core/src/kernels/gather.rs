@@ -3,6 +3,8 @@
 
 use std::ops::AddAssign;
 
+use crate::error::{Error, Result};
+
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use num_traits::Zero;
 
@@ -12,14 +14,17 @@ fn checked_indices(
     indices: &ArrayViewD<i64>,
     axis: usize,
     bound: usize,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>> {
     indices
         .iter()
         .map(|&i| match usize::try_from(i) {
             Ok(u) if u < bound => Ok(u),
-            _ => Err(format!(
-                "{op}: index {i} is out of bounds for axis {axis} with size {bound} (valid range [0, {bound}))"
-            )),
+            _ => Err(Error::Index {
+                op: op.to_string(),
+                index: i,
+                axis,
+                size: bound,
+            }),
         })
         .collect()
 }
@@ -40,23 +45,21 @@ pub fn take<T: Clone + Zero>(
     x: &ArrayViewD<T>,
     indices: &ArrayViewD<i64>,
     axis: usize,
-) -> Result<ArrayD<T>, String> {
+) -> Result<ArrayD<T>> {
     let shape = x.shape();
     if axis >= shape.len() {
-        return Err(format!(
-            "take: axis {axis} is out of range for an array of rank {}",
-            shape.len()
-        ));
+        return Err(Error::axis("take", axis as isize, shape));
     }
     let bound = shape[axis];
     let idx = checked_indices("take", indices, axis, bound)?;
     let out_shape = taken_shape(shape, indices.shape(), axis);
+    crate::tensor::checked_size("take", &out_shape)?;
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let xc = x.as_standard_layout();
     let xs = xc
         .as_slice()
-        .ok_or_else(|| "take: internal error: x is not contiguous".to_string())?;
+        .ok_or_else(|| Error::invalid("take", "internal error: x is not contiguous"))?;
     let mut out = Vec::with_capacity(outer * idx.len() * inner);
     for o in 0..outer {
         let base = o * bound * inner;
@@ -66,7 +69,7 @@ pub fn take<T: Clone + Zero>(
         }
     }
     ArrayD::from_shape_vec(IxDyn(&out_shape), out)
-        .map_err(|e| format!("take: internal shape error: {e}"))
+        .map_err(|e| Error::invalid("take", format!("internal shape error: {e}")))
 }
 
 /// The adjoint of `take`: an array of shape `operand_shape` with zeros, to which each update slice is added at its index (duplicates accumulate).
@@ -75,36 +78,30 @@ pub fn scatter_add<T: Clone + Zero + AddAssign>(
     indices: &ArrayViewD<i64>,
     updates: &ArrayViewD<T>,
     axis: usize,
-) -> Result<ArrayD<T>, String> {
+) -> Result<ArrayD<T>> {
     if axis >= operand_shape.len() {
-        return Err(format!(
-            "scatter_add: axis {axis} is out of range for an operand of rank {}",
-            operand_shape.len()
-        ));
+        return Err(Error::axis("scatter_add", axis as isize, operand_shape));
     }
     let expected = taken_shape(operand_shape, indices.shape(), axis);
     if updates.shape() != expected.as_slice() {
-        return Err(format!(
-            "scatter_add: updates shape {:?} does not match expected {:?} (operand {:?}, indices {:?}, axis {})",
-            updates.shape(),
-            expected,
-            operand_shape,
-            indices.shape(),
-            axis
+        return Err(Error::shapes(
+            "scatter_add",
+            [updates.shape(), &expected[..], operand_shape, indices.shape()],
+            format!("updates (the first) must have the shape of the second: operand (third) with axis {axis} replaced by the indices' shape (fourth)"),
         ));
     }
     let bound = operand_shape[axis];
     let idx = checked_indices("scatter_add", indices, axis, bound)?;
     let outer: usize = operand_shape[..axis].iter().product();
     let inner: usize = operand_shape[axis + 1..].iter().product();
-    let mut out = ArrayD::<T>::zeros(IxDyn(operand_shape));
+    let mut out = super::try_zeros_array::<T>("scatter_add", operand_shape)?;
     let uc = updates.as_standard_layout();
-    let us = uc
-        .as_slice()
-        .ok_or_else(|| "scatter_add: internal error: updates are not contiguous".to_string())?;
+    let us = uc.as_slice().ok_or_else(|| {
+        Error::invalid("scatter_add", "internal error: updates are not contiguous")
+    })?;
     let os = out
         .as_slice_mut()
-        .ok_or_else(|| "scatter_add: internal error: output is not contiguous".to_string())?;
+        .ok_or_else(|| Error::invalid("scatter_add", "internal error: output is not contiguous"))?;
     let m = idx.len();
     for o in 0..outer {
         for (j, &i) in idx.iter().enumerate() {
@@ -201,11 +198,37 @@ mod tests {
         let x = ArrayD::<f64>::zeros(IxDyn(&[3, 4]));
         let idx = ndarray::arr1(&[0i64, 4]).into_dyn();
         let e = take(&x.view(), &idx.view(), 1).unwrap_err();
-        assert!(e.contains('4') && e.contains("size 4"), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Index {
+                    index: 4,
+                    axis: 1,
+                    size: 4,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("take") && e.to_string().contains("size 4"),
+            "{e}"
+        );
         let neg = ndarray::arr1(&[-1i64]).into_dyn();
         let e = take(&x.view(), &neg.view(), 0).unwrap_err();
-        assert!(e.contains("-1") && e.contains("size 3"), "{e}");
-        assert!(take(&x.view(), &idx.view(), 2).is_err());
+        assert!(
+            matches!(
+                e,
+                Error::Index {
+                    index: -1,
+                    size: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = take(&x.view(), &idx.view(), 2).unwrap_err();
+        assert!(matches!(e, Error::Axis { axis: 2, .. }), "{e:?}");
     }
 
     #[test]
@@ -257,10 +280,35 @@ mod tests {
         let idx = ndarray::arr1(&[0i64, 3]).into_dyn();
         let upd = ArrayD::<f64>::zeros(IxDyn(&[2, 2]));
         let e = scatter_add(&[3, 2], &idx.view(), &upd.view(), 0).unwrap_err();
-        assert!(e.contains('3') && e.contains("size 3"), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Index {
+                    index: 3,
+                    size: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         let bad = ArrayD::<f64>::zeros(IxDyn(&[2, 3]));
-        assert!(scatter_add(&[3, 2], &idx.view(), &bad.view(), 0).is_err());
-        assert!(scatter_add(&[3, 2], &idx.view(), &upd.view(), 2).is_err());
+        let e = scatter_add(&[3, 2], &idx.view(), &bad.view(), 0).unwrap_err();
+        assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+        let e = scatter_add(&[3, 2], &idx.view(), &upd.view(), 2).unwrap_err();
+        assert!(matches!(e, Error::Axis { .. }), "{e:?}");
+    }
+
+    /// Regression: an operand shape whose size overflows made `scatter_add`
+    /// panic allocating its result; it is an error naming the op.
+    #[test]
+    fn scatter_add_oversized_result_is_an_error() {
+        let idx = ArrayD::<i64>::zeros(IxDyn(&[0]));
+        let upd = ArrayD::<f64>::zeros(IxDyn(&[0, 1 << 62]));
+        let e = scatter_add(&[4, 1 << 62], &idx.view(), &upd.view(), 0).unwrap_err();
+        assert!(
+            matches!(e, Error::Shape { ref op, .. } if op == "scatter_add"),
+            "{e:?}"
+        );
     }
 
     #[test]

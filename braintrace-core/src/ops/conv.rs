@@ -155,6 +155,47 @@ fn geometry_params(g: &ConvGeometry) -> Vec<(String, String)> {
     ]
 }
 
+/// The operands of a conv op as its shape errors report them: each one's
+/// role and shape (typed in the error), plus context such as the layouts.
+pub(crate) struct Operands {
+    roles: Vec<(&'static str, Vec<usize>)>,
+    extra: String,
+}
+
+impl Operands {
+    fn new(roles: &[(&'static str, &[usize])]) -> Self {
+        Operands {
+            roles: roles.iter().map(|&(r, s)| (r, s.to_vec())).collect(),
+            extra: String::new(),
+        }
+    }
+    fn with_extra(mut self, extra: String) -> Self {
+        self.extra = extra;
+        self
+    }
+    /// An [`Error::Shape`] of `op` with these operands' shapes.
+    fn err(&self, op: &str, reason: impl std::fmt::Display) -> Error {
+        let roles: Vec<&str> = self.roles.iter().map(|(r, _)| *r).collect();
+        Error::shapes(
+            op,
+            self.roles.iter().map(|(_, s)| s),
+            format!("{reason} (operands: {}{})", roles.join(", "), self.extra),
+        )
+    }
+}
+
+impl std::fmt::Display for Operands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (r, s)) in self.roles.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" and ")?;
+            }
+            write!(f, "{r} {s:?}")?;
+        }
+        f.write_str(&self.extra)
+    }
+}
+
 /// Both operands floats of one dtype.
 fn check_dtypes(op: &str, a: &Aval, b: &Aval) -> Result<()> {
     if a.dtype() != b.dtype() || !a.dtype().is_float() {
@@ -168,26 +209,21 @@ fn check_dtypes(op: &str, a: &Aval, b: &Aval) -> Result<()> {
 
 /// Checks the rank of the N-carrying operand (`>= 3`) and that the other
 /// operand has the same rank.
-fn check_ranks(op: &str, shapes: &str, a: &[usize], b: &[usize]) -> Result<()> {
+fn check_ranks(op: &str, shapes: &Operands, a: &[usize], b: &[usize]) -> Result<()> {
     if a.len() < 3 {
-        return Err(Error::shape(
+        return Err(shapes.err(
             op,
-            shapes,
             "operands must have rank >= 3 (batch, feature and at least one spatial axis)",
         ));
     }
     if a.len() != b.len() {
-        return Err(Error::shape(
-            op,
-            shapes,
-            format!("rank mismatch ({} vs {})", a.len(), b.len()),
-        ));
+        return Err(shapes.err(op, format!("rank mismatch ({} vs {})", a.len(), b.len())));
     }
     Ok(())
 }
 
 /// Checks a geometry for `d` spatial dims.
-fn check_geometry(op: &str, shapes: &str, g: &ConvGeometry, d: usize) -> Result<()> {
+fn check_geometry(op: &str, shapes: &Operands, g: &ConvGeometry, d: usize) -> Result<()> {
     for (name, len) in [
         ("window_strides", g.strides.len()),
         ("padding", g.padding.len()),
@@ -195,9 +231,8 @@ fn check_geometry(op: &str, shapes: &str, g: &ConvGeometry, d: usize) -> Result<
         ("rhs_dilation", g.rhs_dilation.len()),
     ] {
         if len != d {
-            return Err(Error::shape(
+            return Err(shapes.err(
                 op,
-                shapes,
                 format!("{name} has length {len} but there are {d} spatial dims"),
             ));
         }
@@ -226,7 +261,7 @@ fn check_geometry(op: &str, shapes: &str, g: &ConvGeometry, d: usize) -> Result<
 /// The canonical output shape `(N, O, o..)` of `Conv(x, k)`; validates everything.
 fn conv_out_shape(
     op: &str,
-    shapes: &str,
+    shapes: &Operands,
     x: &[usize],
     k: &[usize],
     g: &ConvGeometry,
@@ -237,40 +272,32 @@ fn conv_out_shape(
     let groups = g.feature_group_count;
     let (n, c, o) = (x[0], x[1], k[0]);
     if c % groups != 0 {
-        return Err(Error::shape(
+        return Err(shapes.err(
             op,
-            shapes,
             format!("feature_group_count {groups} does not divide the {c} input channels"),
         ));
     }
     if o % groups != 0 {
-        return Err(Error::shape(
+        return Err(shapes.err(
             op,
-            shapes,
             format!("feature_group_count {groups} does not divide the {o} output channels"),
         ));
     }
     if k[1] != c / groups {
-        return Err(Error::shape(
-            op,
-            shapes,
-            format!(
+        return Err(shapes.err(op, format!(
                 "channel mismatch: the kernel has {} input channels but the input has {c} channels / {groups} group(s) = {}",
                 k[1],
                 c / groups
-            ),
-        ));
+            )));
     }
-    let ys = g
-        .output_spatial(&x[2..], &k[2..])
-        .map_err(|e| Error::shape(op, shapes, e.trim_start_matches("conv: ").to_string()))?;
+    let ys = g.output_spatial(&x[2..], &k[2..]).map_err(|e| match e {
+        Error::Invalid { reason, .. } => shapes.err(op, reason),
+        other => other,
+    })?;
     let mut out = vec![n, o];
     out.extend(ys);
+    crate::tensor::checked_size(op, &out)?;
     Ok(out)
-}
-
-fn kernel_err(op: &str) -> impl Fn(String) -> Error + '_ {
-    move |e| Error::invalid(op, e.trim_start_matches("conv: ").to_string())
 }
 
 // ---------------------------------------------------------------- Conv
@@ -294,7 +321,7 @@ impl Primitive for Conv {
         check_arity("conv", inputs, 2)?;
         let (x, k) = (&inputs[0], &inputs[1]);
         check_dtypes("conv", x, k)?;
-        let shapes = format!("input {:?} and kernel {:?}", x.shape(), k.shape());
+        let shapes = Operands::new(&[("input", x.shape()), ("kernel", k.shape())]);
         let out = conv_out_shape("conv", &shapes, x.shape(), k.shape(), &self.geometry)?;
         Ok(vec![x.with_shape(&out)])
     }
@@ -306,7 +333,7 @@ impl Primitive for Conv {
             inputs[0].data_for("conv")?,
             inputs[1].data_for("conv")?,
             "conv",
-            |x, k| conv_forward(&x.view(), &k.view(), g).map_err(kernel_err("conv"))?
+            |x, k| conv_forward(&x.view(), &k.view(), g)?
         )?;
         Ok(vec![Tensor::from_data(d)])
     }
@@ -404,12 +431,8 @@ impl Primitive for ConvTransposeLhs {
         check_arity(op, inputs, 2)?;
         let (ct, k) = (&inputs[0], &inputs[1]);
         check_dtypes(op, ct, k)?;
-        let shapes = format!(
-            "cotangent {:?} and kernel {:?} (input spatial {:?})",
-            ct.shape(),
-            k.shape(),
-            self.lhs_spatial
-        );
+        let shapes = Operands::new(&[("cotangent", ct.shape()), ("kernel", k.shape())])
+            .with_extra(format!("; input spatial {:?}", self.lhs_spatial));
         check_ranks(op, &shapes, ct.shape(), k.shape())?;
         check_spatial_len(op, &shapes, "lhs_spatial", &self.lhs_spatial, ct.ndim() - 2)?;
         let xs = self.x_shape(ct.shape(), k.shape());
@@ -428,8 +451,7 @@ impl Primitive for ConvTransposeLhs {
             inputs[0].data_for(op)?,
             inputs[1].data_for(op)?,
             op,
-            |ct, k| conv_transpose_lhs(&ct.view(), &k.view(), g, out.shape())
-                .map_err(kernel_err(op))?
+            |ct, k| conv_transpose_lhs(&ct.view(), &k.view(), g, out.shape())?
         )?;
         Ok(vec![Tensor::from_data(d)])
     }
@@ -519,20 +541,15 @@ impl Primitive for ConvTransposeRhs {
         check_arity(op, inputs, 2)?;
         let (x, ct) = (&inputs[0], &inputs[1]);
         check_dtypes(op, x, ct)?;
-        let shapes = format!(
-            "input {:?} and cotangent {:?} (kernel spatial {:?})",
-            x.shape(),
-            ct.shape(),
-            self.rhs_spatial
-        );
+        let shapes = Operands::new(&[("input", x.shape()), ("cotangent", ct.shape())])
+            .with_extra(format!("; kernel spatial {:?}", self.rhs_spatial));
         check_ranks(op, &shapes, x.shape(), ct.shape())?;
         check_spatial_len(op, &shapes, "rhs_spatial", &self.rhs_spatial, x.ndim() - 2)?;
         let groups = self.geometry.feature_group_count.max(1);
         let c = x.shape()[1];
         if c % groups != 0 {
-            return Err(Error::shape(
+            return Err(shapes.err(
                 op,
-                shapes,
                 format!("feature_group_count {groups} does not divide the {c} input channels"),
             ));
         }
@@ -553,8 +570,7 @@ impl Primitive for ConvTransposeRhs {
             inputs[0].data_for(op)?,
             inputs[1].data_for(op)?,
             op,
-            |x, ct| conv_transpose_rhs(&x.view(), &ct.view(), g, out.shape())
-                .map_err(kernel_err(op))?
+            |x, ct| conv_transpose_rhs(&x.view(), &ct.view(), g, out.shape())?
         )?;
         Ok(vec![Tensor::from_data(d)])
     }
@@ -777,11 +793,10 @@ pub(crate) fn layout_perms(
     let parse = |spec: &str, which: &str, pair: (char, char)| -> Result<Vec<char>> {
         let cs: Vec<char> = spec.chars().collect();
         if cs.len() != rank {
-            return Err(Error::shape(
+            return Err(Error::invalid(
                 "conv",
-                shapes,
                 format!(
-                    "{which} layout {spec:?} has {} axes but the operands have rank {rank}",
+                    "{which} layout {spec:?} has {} axes but the operands have rank {rank} ({shapes})",
                     cs.len()
                 ),
             ));
@@ -840,11 +855,16 @@ pub(crate) fn layout_perms(
 }
 
 /// A transpose's stored spatial sizes must match the operands' spatial rank.
-fn check_spatial_len(op: &str, shapes: &str, name: &str, sizes: &[usize], d: usize) -> Result<()> {
+fn check_spatial_len(
+    op: &str,
+    shapes: &Operands,
+    name: &str,
+    sizes: &[usize],
+    d: usize,
+) -> Result<()> {
     if sizes.len() != d {
-        return Err(Error::shape(
+        return Err(shapes.err(
             op,
-            shapes,
             format!(
                 "{name} has length {} but there are {d} spatial dims",
                 sizes.len()
@@ -855,11 +875,10 @@ fn check_spatial_len(op: &str, shapes: &str, name: &str, sizes: &[usize], d: usi
 }
 
 /// A transpose's cotangent must have the shape of the conv output `y`.
-fn check_cotangent_shape(op: &str, shapes: &str, y: &[usize], ct: &[usize]) -> Result<()> {
+fn check_cotangent_shape(op: &str, shapes: &Operands, y: &[usize], ct: &[usize]) -> Result<()> {
     if y != ct {
-        return Err(Error::shape(
+        return Err(shapes.err(
             op,
-            shapes,
             format!("the cotangent must have the conv output shape {y:?}"),
         ));
     }
@@ -867,14 +886,13 @@ fn check_cotangent_shape(op: &str, shapes: &str, y: &[usize], ct: &[usize]) -> R
 }
 
 /// Per-axis list of length `d`, or all ones when empty.
-fn per_axis(name: &str, v: &[usize], d: usize, shapes: &str) -> Result<Vec<usize>> {
+fn per_axis(name: &str, v: &[usize], d: usize, shapes: &Operands) -> Result<Vec<usize>> {
     if v.is_empty() {
         return Ok(vec![1; d]);
     }
     if v.len() != d {
-        return Err(Error::shape(
+        return Err(shapes.err(
             "conv",
-            shapes,
             format!(
                 "{name} has length {} but there are {d} spatial dims",
                 v.len()
@@ -902,7 +920,7 @@ fn per_axis(name: &str, v: &[usize], d: usize, shapes: &str) -> Result<Vec<usize
 /// # Ok::<(), braintrace_core::Error>(())
 /// ```
 pub fn conv_general(x: &Tensor, k: &Tensor, p: &ConvParams) -> Result<Tensor> {
-    let shapes = format!("input {:?} and kernel {:?}", x.shape(), k.shape());
+    let shapes = Operands::new(&[("input", x.shape()), ("kernel", k.shape())]);
     check_dtypes("conv", &x.aval(), &k.aval())?;
     check_ranks("conv", &shapes, x.shape(), k.shape())?;
     let rank = x.ndim();
@@ -912,12 +930,11 @@ pub fn conv_general(x: &Tensor, k: &Tensor, p: &ConvParams) -> Result<Tensor> {
             let id: Vec<usize> = (0..rank).collect();
             (id.clone(), id.clone(), id)
         }
-        Some(dn) => layout_perms(dn, rank, &shapes)?,
+        Some(dn) => layout_perms(dn, rank, &shapes.to_string())?,
     };
     if p.strides.len() != d {
-        return Err(Error::shape(
+        return Err(shapes.err(
             "conv",
-            &shapes,
             format!(
                 "window_strides has length {} but there are {d} spatial dims",
                 p.strides.len()
@@ -943,9 +960,8 @@ pub fn conv_general(x: &Tensor, k: &Tensor, p: &ConvParams) -> Result<Tensor> {
             .collect(),
         ConvPadding::Explicit(v) => {
             if v.len() != d {
-                return Err(Error::shape(
+                return Err(shapes.err(
                     "conv",
-                    &shapes,
                     format!(
                         "padding has length {} but there are {d} spatial dims",
                         v.len()
@@ -964,15 +980,15 @@ pub fn conv_general(x: &Tensor, k: &Tensor, p: &ConvParams) -> Result<Tensor> {
     };
     // Validate here too, so errors show the shapes as the caller gave them.
     let shapes = match &p.dimension_numbers {
-        Some(dn) => format!(
-            "input {:?} ({}) and kernel {:?} ({}), canonically {:?} and {:?}",
+        Some(dn) => shapes.with_extra(format!(
+            "; input {:?} ({}) and kernel {:?} ({}), canonically {:?} and {:?}",
             x.shape(),
             dn.lhs,
             k.shape(),
             dn.rhs,
             xc.shape(),
             kc.shape()
-        ),
+        )),
         None => shapes,
     };
     conv_out_shape("conv", &shapes, xc.shape(), kc.shape(), &geometry)?;

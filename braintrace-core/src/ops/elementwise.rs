@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 fn same_avals(op: &str, a: &Aval, b: &Aval) -> Result<()> {
     if a.shape() != b.shape() {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             op,
-            format!("{a} and {b}"),
+            [a.shape(), b.shape()],
             "operands must have equal shapes",
         ));
     }
@@ -544,6 +544,8 @@ pub enum ScalarOp {
     Add,
     /// `x * s`
     Mul,
+    /// `x / s` (a true division: `x * (1/s)` overflows for a subnormal `s`)
+    Div,
     /// `s - x`
     RSub,
     /// `s / x`
@@ -570,6 +572,7 @@ impl Scalar {
         match self.op {
             ScalarOp::Add => "add_scalar",
             ScalarOp::Mul => "mul_scalar",
+            ScalarOp::Div => "div_scalar",
             ScalarOp::RSub => "rsub_scalar",
             ScalarOp::RDiv => "rdiv_scalar",
             ScalarOp::Pow => "pow_scalar",
@@ -601,6 +604,7 @@ fn map_scalar<T: Float>(op: ScalarOp, value: f64, a: &ArrayD<T>) -> ArrayD<T> {
     match op {
         ScalarOp::Add => a.mapv(|x| x + s),
         ScalarOp::Mul => a.mapv(|x| x * s),
+        ScalarOp::Div => a.mapv(|x| x / s),
         ScalarOp::RSub => a.mapv(|x| s - x),
         ScalarOp::RDiv => a.mapv(|x| s / x),
         ScalarOp::Pow => a.mapv(|x| x.powf(s)),
@@ -643,6 +647,7 @@ impl Primitive for Scalar {
         let dt = match self.op {
             ScalarOp::Add => t.clone(),
             ScalarOp::Mul => t.mul_scalar(s)?,
+            ScalarOp::Div => t.div_scalar(s)?,
             ScalarOp::RSub => t.neg()?,
             // d(s/x) = -s/x^2 (not -y^2/s, which is NaN for s = 0).
             ScalarOp::RDiv => t.mul(&x.square()?.rdiv_scalar(-s)?)?,
@@ -663,6 +668,10 @@ impl Primitive for Scalar {
             ScalarOp::Mul => Ok(vec![cts[0]
                 .as_ref()
                 .map(|c| c.mul_scalar(self.value))
+                .transpose()?]),
+            ScalarOp::Div => Ok(vec![cts[0]
+                .as_ref()
+                .map(|c| c.div_scalar(self.value))
                 .transpose()?]),
             _ => Err(Error::MissingRule {
                 primitive: self.name(),
@@ -813,9 +822,9 @@ impl Primitive for Select {
             ));
         }
         if inputs[0].shape() != inputs[1].shape() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "select",
-                format!("{} and {}", inputs[0], inputs[1]),
+                inputs.iter().map(Aval::shape),
                 "condition and values must have equal shapes",
             ));
         }

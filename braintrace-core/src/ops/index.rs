@@ -41,34 +41,21 @@ impl Primitive for Take {
                 format!("indices must be i64, got {i}"),
             ));
         }
-        Ok(vec![x.with_shape(&take_shape(
-            x.shape(),
-            i.shape(),
-            self.axis,
-        ))])
+        let out = take_shape(x.shape(), i.shape(), self.axis);
+        crate::tensor::checked_size("take", &out)?;
+        Ok(vec![x.with_shape(&out)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         check_arity("take", inputs, 2)?;
         self.abstract_eval(&[inputs[0].aval(), inputs[1].aval()])?;
         let idx = inputs[1].data_for("take")?.as_i64("take")?.view();
-        let e = |m: String| Error::invalid("take", m);
         let d = match inputs[0].data_for("take")? {
-            ArrayData::F32(a) => {
-                ArrayData::F32(gather::take(&a.view(), &idx, self.axis).map_err(e)?)
-            }
-            ArrayData::F64(a) => {
-                ArrayData::F64(gather::take(&a.view(), &idx, self.axis).map_err(e)?)
-            }
-            ArrayData::I64(a) => {
-                ArrayData::I64(gather::take(&a.view(), &idx, self.axis).map_err(e)?)
-            }
+            ArrayData::F32(a) => ArrayData::F32(gather::take(&a.view(), &idx, self.axis)?),
+            ArrayData::F64(a) => ArrayData::F64(gather::take(&a.view(), &idx, self.axis)?),
+            ArrayData::I64(a) => ArrayData::I64(gather::take(&a.view(), &idx, self.axis)?),
             ArrayData::Bool(a) => {
                 let a = a.mapv(|v| v as i64);
-                ArrayData::Bool(
-                    gather::take(&a.view(), &idx, self.axis)
-                        .map_err(e)?
-                        .mapv(|v| v != 0),
-                )
+                ArrayData::Bool(gather::take(&a.view(), &idx, self.axis)?.mapv(|v| v != 0))
             }
         };
         Ok(vec![Tensor::from_data(d)])
@@ -145,12 +132,13 @@ impl Primitive for ScatterAdd {
         }
         let want = take_shape(&self.shape, i.shape(), self.axis);
         if u.shape() != want.as_slice() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "scatter_add",
-                format!("updates {u}, indices {i}, result {:?}", self.shape),
-                format!("updates must have shape {want:?}"),
+                [u.shape(), i.shape(), &self.shape[..]],
+                format!("updates (the first, with indices and result after it) must have shape {want:?}"),
             ));
         }
+        crate::tensor::checked_size("scatter_add", &self.shape)?;
         Ok(vec![u.with_shape(&self.shape)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -160,9 +148,8 @@ impl Primitive for ScatterAdd {
             .data_for("scatter_add")?
             .as_i64("scatter_add")?
             .view();
-        let e = |m: String| Error::invalid("scatter_add", m);
         let d = crate::map_float!(inputs[1].data_for("scatter_add")?, "scatter_add", |u| {
-            gather::scatter_add(&self.shape, &idx, &u.view(), self.axis).map_err(e)?
+            gather::scatter_add(&self.shape, &idx, &u.view(), self.axis)?
         })?;
         Ok(vec![Tensor::from_data(d)])
     }

@@ -289,6 +289,9 @@ impl Tensor {
     scalar_methods! {
         /// `self * s`
         mul_scalar => ScalarOp::Mul;
+        /// `self / s` (divides; does not multiply by `1/s`, which overflows
+        /// for a subnormal `s`)
+        div_scalar => ScalarOp::Div;
         /// `self + s`
         add_scalar => ScalarOp::Add;
         /// `s - self`
@@ -320,10 +323,6 @@ impl Tensor {
     /// `self - s`
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
         self.add_scalar(-s)
-    }
-    /// `self / s`
-    pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
-        self.mul_scalar(1.0 / s)
     }
 
     /// Matrix product with numpy semantics: 1-D operands are promoted
@@ -501,16 +500,18 @@ impl Tensor {
         }
         self.sum(&axes)
     }
-    /// Mean over `axes` (removed).
+    /// Mean over `axes` (removed). Over a zero-size axis it is NaN (0/0),
+    /// as in numpy and JAX.
     pub fn mean(&self, axes: &[usize]) -> Result<Tensor> {
         let axes = sorted_axes("mean", axes, self.shape())?;
-        let n: usize = axes.iter().map(|&a| self.shape()[a]).product();
-        self.sum(&axes)?.mul_scalar(1.0 / n.max(1) as f64)
+        // Counted in f64: a traced shape may hold more than usize::MAX elements.
+        let n: f64 = axes.iter().map(|&a| self.shape()[a] as f64).product();
+        self.sum(&axes)?.div_scalar(n)
     }
-    /// Mean of all elements.
+    /// Mean of all elements (NaN for a tensor with no elements).
     pub fn mean_all(&self) -> Result<Tensor> {
-        let n = self.size().max(1);
-        self.sum_all()?.mul_scalar(1.0 / n as f64)
+        let axes: Vec<usize> = (0..self.ndim()).collect();
+        self.mean(&axes)
     }
     /// Slice `[starts, limits)` on every axis.
     pub fn slice(&self, starts: &[usize], limits: &[usize]) -> Result<Tensor> {

@@ -4,8 +4,8 @@
 use super::check_arity;
 use crate::error::{Error, Result};
 use crate::graph::{bind1, LinearArg, Primitive};
-use crate::tensor::{ArrayData, Aval, Tensor};
-use ndarray::{ArrayD, Axis, IxDyn, Slice};
+use crate::tensor::{checked_size, ArrayData, Aval, Tensor};
+use ndarray::{Axis, IxDyn, Slice};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -18,6 +18,27 @@ macro_rules! map_any {
             ArrayData::Bool($a) => ArrayData::Bool($body),
         }
     };
+}
+
+/// [`map_any!`] for a body that returns a `Result` of an array.
+macro_rules! try_map_any {
+    ($data:expr, |$a:ident| $body:expr) => {
+        match $data {
+            ArrayData::F32($a) => ArrayData::F32($body?),
+            ArrayData::F64($a) => ArrayData::F64($body?),
+            ArrayData::I64($a) => ArrayData::I64($body?),
+            ArrayData::Bool($a) => ArrayData::Bool($body?),
+        }
+    };
+}
+
+/// An ndarray shape error met after the op's own checks passed, as an error
+/// naming the op and the shape it was building.
+fn internal<'a>(
+    op: &'static str,
+    shape: &'a [usize],
+) -> impl Fn(ndarray::ShapeError) -> Error + 'a {
+    move |e| Error::shapes(op, [shape], format!("internal shape error: {e}"))
 }
 
 fn avals_of(inputs: &[Tensor]) -> Vec<Aval> {
@@ -46,12 +67,14 @@ impl Primitive for Reshape {
     }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("reshape", inputs, 1)?;
-        let n: usize = self.shape.iter().product();
-        if n != inputs[0].size() {
-            return Err(Error::shape(
+        let from = inputs[0].shape();
+        let n = checked_size("reshape", &self.shape)?;
+        let have = checked_size("reshape", from)?;
+        if n != have {
+            return Err(Error::shapes(
                 "reshape",
-                format!("{} -> {:?}", inputs[0], self.shape),
-                format!("{} elements cannot be reshaped into {n}", inputs[0].size()),
+                [from, &self.shape[..]],
+                format!("{have} elements cannot be reshaped into {n}"),
             ));
         }
         Ok(vec![inputs[0].with_shape(&self.shape)])
@@ -59,14 +82,15 @@ impl Primitive for Reshape {
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.abstract_eval(&avals_of(inputs))?;
         let sh = IxDyn(&self.shape);
-        let d = map_any!(inputs[0].data_for("reshape")?, |a| {
+        let bad = internal("reshape", &self.shape);
+        let d = try_map_any!(inputs[0].data_for("reshape")?, |a| {
             if a.is_standard_layout() {
-                a.clone().into_shape_with_order(sh).expect("size checked")
+                a.clone().into_shape_with_order(sh.clone()).map_err(&bad)
             } else {
                 a.as_standard_layout()
                     .into_owned()
-                    .into_shape_with_order(sh)
-                    .expect("size checked")
+                    .into_shape_with_order(sh.clone())
+                    .map_err(&bad)
             }
         });
         Ok(vec![Tensor::from_data(d)])
@@ -111,20 +135,19 @@ pub struct Transpose {
 
 pub(crate) fn check_perm(op: &str, perm: &[usize], shape: &[usize]) -> Result<()> {
     let mut seen = vec![false; shape.len()];
-    if perm.len() != shape.len() {
-        return Err(Error::shape(
+    let bad = || {
+        Error::shapes(
             op,
-            format!("{shape:?} with permutation {perm:?}"),
-            "the permutation must name every axis once",
-        ));
+            [shape],
+            format!("the permutation {perm:?} must name every axis once"),
+        )
+    };
+    if perm.len() != shape.len() {
+        return Err(bad());
     }
     for &p in perm {
         if p >= shape.len() || seen[p] {
-            return Err(Error::shape(
-                op,
-                format!("{shape:?} with permutation {perm:?}"),
-                "the permutation must name every axis once",
-            ));
+            return Err(bad());
         }
         seen[p] = true;
     }
@@ -218,24 +241,29 @@ impl Primitive for BroadcastInDim {
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("broadcast_in_dim", inputs, 1)?;
         let ish = inputs[0].shape();
-        let bad = || {
-            Error::shape(
+        let bad = |why: &str| {
+            Error::shapes(
                 "broadcast_to",
-                format!("{:?} -> {:?}", ish, self.shape),
-                "operand dimensions must be 1 or match the target",
+                [ish, &self.shape[..]],
+                format!("{why} (broadcast_dimensions {:?})", self.dims),
             )
         };
         if self.dims.len() != ish.len() {
-            return Err(bad());
+            return Err(bad(
+                "broadcast_dimensions must name one output axis per operand axis",
+            ));
         }
         for (i, &d) in self.dims.iter().enumerate() {
             if d >= self.shape.len()
                 || (i > 0 && d <= self.dims[i - 1])
                 || (ish[i] != 1 && ish[i] != self.shape[d])
             {
-                return Err(bad());
+                return Err(bad(
+                    "operand dimensions must be 1 or match the target, in increasing output axes",
+                ));
             }
         }
+        checked_size("broadcast_to", &self.shape)?;
         Ok(vec![inputs[0].with_shape(&self.shape)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -246,15 +274,21 @@ impl Primitive for BroadcastInDim {
             mid[d] = inputs[0].shape()[i];
         }
         let sh = IxDyn(&self.shape);
-        let d = map_any!(inputs[0].data_for("broadcast_in_dim")?, |a| {
-            let r = a
-                .as_standard_layout()
+        let bad = internal("broadcast_to", &self.shape);
+        let d = try_map_any!(inputs[0].data_for("broadcast_in_dim")?, |a| {
+            a.as_standard_layout()
                 .into_owned()
                 .into_shape_with_order(IxDyn(&mid))
-                .expect("same size");
-            r.broadcast(sh.clone())
-                .expect("checked broadcastable")
-                .to_owned()
+                .map_err(&bad)
+                .and_then(|r| {
+                    r.broadcast(sh.clone())
+                        .map(|b| b.to_owned())
+                        .ok_or_else(|| {
+                            bad(ndarray::ShapeError::from_kind(
+                                ndarray::ErrorKind::IncompatibleShape,
+                            ))
+                        })
+                })
         });
         Ok(vec![Tensor::from_data(d)])
     }
@@ -305,7 +339,8 @@ impl Primitive for BroadcastInDim {
 
 /// Bind [`BroadcastInDim`] (a no-op when nothing changes).
 pub fn broadcast_in_dim(x: &Tensor, shape: &[usize], dims: &[usize]) -> Result<Tensor> {
-    if x.shape() == shape && dims.iter().enumerate().all(|(i, &d)| i == d) {
+    let identity = dims.len() == x.ndim() && dims.iter().enumerate().all(|(i, &d)| i == d);
+    if x.shape() == shape && identity {
         return Ok(x.clone());
     }
     bind1(
@@ -424,29 +459,24 @@ impl Primitive for SliceOp {
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("slice", inputs, 1)?;
         let sh = inputs[0].shape();
-        if self.starts.len() != sh.len() || self.limits.len() != sh.len() {
-            return Err(Error::shape(
+        let bad = |why: String| {
+            Error::shapes(
                 "slice",
-                format!(
-                    "{sh:?} with starts {:?} limits {:?}",
-                    self.starts, self.limits
-                ),
-                "one start and limit per axis",
-            ));
+                [sh],
+                format!("starts {:?} limits {:?}: {why}", self.starts, self.limits),
+            )
+        };
+        if self.starts.len() != sh.len() || self.limits.len() != sh.len() {
+            return Err(bad("one start and limit per axis".into()));
         }
         let mut out = Vec::new();
-        for i in 0..sh.len() {
-            if self.starts[i] > self.limits[i] || self.limits[i] > sh[i] {
-                return Err(Error::shape(
-                    "slice",
-                    format!(
-                        "{sh:?} with starts {:?} limits {:?}",
-                        self.starts, self.limits
-                    ),
-                    format!("axis {i}: need start <= limit <= size"),
-                ));
+        for (i, ((&start, &limit), &size)) in
+            self.starts.iter().zip(&self.limits).zip(sh).enumerate()
+        {
+            if start > limit || limit > size {
+                return Err(bad(format!("axis {i}: need start <= limit <= size")));
             }
-            out.push(self.limits[i] - self.starts[i]);
+            out.push(limit - start);
         }
         Ok(vec![inputs[0].with_shape(&out)])
     }
@@ -517,30 +547,52 @@ impl Primitive for Pad {
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("pad", inputs, 1)?;
         let sh = inputs[0].shape();
-        if self.lo.len() != sh.len() || self.hi.len() != sh.len() {
-            return Err(Error::shape(
+        let bad = |why: &str| {
+            Error::shapes(
                 "pad",
-                format!("{sh:?} with lo {:?} hi {:?}", self.lo, self.hi),
-                "one lo and hi per axis",
-            ));
+                [sh],
+                format!("lo {:?} hi {:?}: {why}", self.lo, self.hi),
+            )
+        };
+        if self.lo.len() != sh.len() || self.hi.len() != sh.len() {
+            return Err(bad("one lo and hi per axis"));
         }
-        let out: Vec<usize> = (0..sh.len())
-            .map(|i| sh[i] + self.lo[i] + self.hi[i])
-            .collect();
+        let out = (0..sh.len())
+            .map(|i| sh[i].checked_add(self.lo[i])?.checked_add(self.hi[i]))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| bad("the padded size overflows"))?;
+        checked_size("pad", &out)?;
         Ok(vec![inputs[0].with_shape(&out)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let out = self.abstract_eval(&avals_of(inputs))?.remove(0);
-        let d = crate::map_float!(inputs[0].data_for("pad")?, "pad", |a| {
-            let mut r = ArrayD::zeros(IxDyn(out.shape()));
-            let mut v = r.view_mut();
-            for i in 0..self.lo.len() {
-                v.slice_axis_inplace(Axis(i), Slice::from(self.lo[i]..self.lo[i] + a.shape()[i]));
+        // Padding with the dtype's zero (`false` for bool), like lax.pad with 0.
+        let mut r = ArrayData::try_zeros("pad", out.shape(), out.dtype())?;
+        macro_rules! put {
+            ($r:expr, $a:expr) => {{
+                let mut v = $r.view_mut();
+                for i in 0..self.lo.len() {
+                    v.slice_axis_inplace(
+                        Axis(i),
+                        Slice::from(self.lo[i]..self.lo[i] + $a.shape()[i]),
+                    );
+                }
+                v.assign($a);
+            }};
+        }
+        match (&mut r, inputs[0].data_for("pad")?) {
+            (ArrayData::F32(r), ArrayData::F32(a)) => put!(r, a),
+            (ArrayData::F64(r), ArrayData::F64(a)) => put!(r, a),
+            (ArrayData::I64(r), ArrayData::I64(a)) => put!(r, a),
+            (ArrayData::Bool(r), ArrayData::Bool(a)) => put!(r, a),
+            (r, a) => {
+                return Err(Error::dtype(
+                    "pad",
+                    format!("internal: result {} for operand {}", r.dtype(), a.dtype()),
+                ))
             }
-            v.assign(a);
-            r
-        })?;
-        Ok(vec![Tensor::from_data(d)])
+        }
+        Ok(vec![Tensor::from_data(r)])
     }
     fn jvp(
         &self,
@@ -627,20 +679,34 @@ impl Primitive for Concat {
         }
         let mut out = first.shape().to_vec();
         out[self.axis] = 0;
+        if inputs.iter().any(|a| a.dtype() != first.dtype()) {
+            let all: Vec<String> = inputs.iter().map(Aval::to_string).collect();
+            return Err(Error::dtype(
+                "concatenate",
+                format!("operands must have one dtype, got {}", all.join(", ")),
+            ));
+        }
         for a in inputs {
-            let ok = a.dtype() == first.dtype()
-                && a.ndim() == first.ndim()
+            let ok = a.ndim() == first.ndim()
                 && (0..a.ndim()).all(|i| i == self.axis || a.shape()[i] == first.shape()[i]);
             if !ok {
-                let shapes: Vec<String> = inputs.iter().map(|a| a.to_string()).collect();
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "concatenate",
-                    shapes.join(", "),
+                    inputs.iter().map(Aval::shape),
                     format!("all operands must agree except on axis {}", self.axis),
                 ));
             }
-            out[self.axis] += a.shape()[self.axis];
+            out[self.axis] = out[self.axis]
+                .checked_add(a.shape()[self.axis])
+                .ok_or_else(|| {
+                    Error::shapes(
+                        "concatenate",
+                        inputs.iter().map(Aval::shape),
+                        format!("the size along axis {} overflows", self.axis),
+                    )
+                })?;
         }
+        checked_size("concatenate", &out)?;
         Ok(vec![first.with_shape(&out)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {

@@ -390,14 +390,14 @@ fn conv_init_drtrl(
             } else {
                 with_state(&[&lead[..], w.shape()].concat(), st)
             };
-            Ok((k.clone(), Tensor::zeros(&shape, dt)))
+            Ok((k.clone(), Tensor::try_zeros("init_drtrl", &shape, dt)?))
         })
         .collect()
 }
 
 #[init_pp(etp_conv)]
 fn conv_init_pp(_x: &Aval, y: &Aval, _ws: &AvalMap, num_hidden_state: usize) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
+    y_trace(y, num_hidden_state)
 }
 
 // ---------------------------------------------------------------- tests

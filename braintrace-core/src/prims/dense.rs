@@ -119,7 +119,7 @@ macro_rules! dense_rules {
                 ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<TensorMap> {
-                Ok(dense_trace(Some(x), y, ws, num_hidden_state))
+                dense_trace(Some(x), y, ws, num_hidden_state)
             }
 
             #[init_pp(super::$prim)]
@@ -129,7 +129,7 @@ macro_rules! dense_rules {
                 _ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<Tensor> {
-                Ok(y_trace(y, num_hidden_state))
+                y_trace(y, num_hidden_state)
             }
         }
     };
@@ -138,7 +138,10 @@ macro_rules! dense_rules {
 // ---------------------------------------------------------------- initialisers
 
 /// `{weight (B?, I, O, S), bias (B?, O, S)}`; `B?` is `y`'s leading axes.
-fn dense_trace(x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
+///
+/// The shape comes from user input (`num_hidden_state`), so an impossible
+/// one is an error, not a panic.
+fn dense_trace(x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize) -> Result<TensorMap> {
     let dt = trace_dtype(x, y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
     ws.iter()
@@ -148,14 +151,15 @@ fn dense_trace(x: Option<&Aval>, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap 
             } else {
                 with_state(&[lead, w.shape()].concat(), s)
             };
-            (k.clone(), Tensor::zeros(&shape, dt))
+            Ok((k.clone(), Tensor::try_zeros("init_drtrl", &shape, dt)?))
         })
         .collect()
 }
 
-/// Zeros of `(*y.shape, S)` in `y`'s dtype: the `init_pp` of every built-in.
-pub(crate) fn y_trace(y: &Aval, s: usize) -> Tensor {
-    Tensor::zeros(&with_state(y.shape(), s), y.dtype())
+/// Zeros of `(*y.shape, S)` in `y`'s dtype: the `init_pp` of every built-in
+/// (an error when `S` makes the shape impossible).
+pub(crate) fn y_trace(y: &Aval, s: usize) -> Result<Tensor> {
+    Tensor::try_zeros("init_pp", &with_state(y.shape(), s), y.dtype())
 }
 
 dense_rules!(mm_rules, etp_mm);

@@ -47,10 +47,11 @@ fn elemwise_init_drtrl(
     _w: &Aval,
     num_hidden_state: usize,
 ) -> Result<Tensor> {
-    Ok(Tensor::zeros(
+    Tensor::try_zeros(
+        "init_drtrl",
         &with_state(y.shape(), num_hidden_state),
         y.dtype(),
-    ))
+    )
 }
 
 #[init_pp(etp_elemwise)]
@@ -60,7 +61,7 @@ fn elemwise_init_pp(
     _w: &Aval,
     num_hidden_state: usize,
 ) -> Result<Tensor> {
-    Ok(y_trace(y, num_hidden_state))
+    y_trace(y, num_hidden_state)
 }
 
 // ---------------------------------------------------------------- tests

@@ -204,7 +204,9 @@ fn lora_solve(
 // ---------------------------------------------------------------- initialisers
 
 /// `{lora_b (B?, I, O, S), lora_a (B?, r, O, S), bias (B?, O, S)}`.
-fn lora_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
+///
+/// A `lora_b` without axes, or a shape made impossible by `S`, is an error.
+fn lora_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> Result<TensorMap> {
     let dt = trace_dtype(Some(x), y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
     let o = *y.shape().last().unwrap_or(&1);
@@ -212,10 +214,19 @@ fn lora_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
         .map(|(k, w)| {
             let shape = match k.as_str() {
                 "bias" => with_state(y.shape(), s),
-                "lora_b" => with_state(&[lead, &[w.shape()[0], o]].concat(), s),
+                "lora_b" => {
+                    let Some(&i) = w.shape().first() else {
+                        return Err(crate::Error::shapes(
+                            "init_drtrl",
+                            [w.shape()],
+                            "lora_b must have at least one axis (its input size)",
+                        ));
+                    };
+                    with_state(&[lead, &[i, o]].concat(), s)
+                }
                 _ => with_state(&[lead, w.shape()].concat(), s),
             };
-            (k.clone(), Tensor::zeros(&shape, dt))
+            Ok((k.clone(), Tensor::try_zeros("init_drtrl", &shape, dt)?))
         })
         .collect()
 }
@@ -268,7 +279,7 @@ macro_rules! lora_rules {
                 ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<TensorMap> {
-                Ok(lora_trace(x, y, ws, num_hidden_state))
+                lora_trace(x, y, ws, num_hidden_state)
             }
 
             #[init_pp(super::$prim)]
@@ -278,7 +289,7 @@ macro_rules! lora_rules {
                 _ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<Tensor> {
-                Ok(y_trace(y, num_hidden_state))
+                y_trace(y, num_hidden_state)
             }
         }
     };

@@ -270,7 +270,7 @@ fn sparse_dw(
 // ---------------------------------------------------------------- initialisers
 
 /// `{weight (B?, nnz, S), bias (B?, O, S)}`.
-fn sparse_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
+fn sparse_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> Result<TensorMap> {
     let dt = trace_dtype(Some(x), y, ws);
     let lead = &y.shape()[..y.ndim().saturating_sub(1)];
     ws.iter()
@@ -280,7 +280,7 @@ fn sparse_trace(x: &Aval, y: &Aval, ws: &AvalMap, s: usize) -> TensorMap {
             } else {
                 with_state(&[lead, w.shape()].concat(), s)
             };
-            (k.clone(), Tensor::zeros(&shape, dt))
+            Ok((k.clone(), Tensor::try_zeros("init_drtrl", &shape, dt)?))
         })
         .collect()
 }
@@ -317,7 +317,7 @@ macro_rules! sparse_rules {
                 ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<TensorMap> {
-                Ok(sparse_trace(x, y, ws, num_hidden_state))
+                sparse_trace(x, y, ws, num_hidden_state)
             }
 
             #[init_pp(super::$prim)]
@@ -327,7 +327,7 @@ macro_rules! sparse_rules {
                 _ws: &AvalMap,
                 num_hidden_state: usize,
             ) -> Result<Tensor> {
-                Ok(y_trace(y, num_hidden_state))
+                y_trace(y, num_hidden_state)
             }
         }
     };

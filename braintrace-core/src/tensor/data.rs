@@ -82,6 +82,37 @@ impl ArrayData {
     pub fn zeros(shape: &[usize], dtype: DType) -> Self {
         Self::full(shape, 0.0, dtype)
     }
+    /// Zeros of a shape and dtype, or an error naming `op` when no array can
+    /// have that shape (see [`checked_size`](super::checked_size)) or its
+    /// memory cannot be allocated (the allocation is fallible, not an abort).
+    pub fn try_zeros(op: &str, shape: &[usize], dtype: DType) -> Result<Self> {
+        let n = super::checked_size(op, shape)?;
+        let too_big = || {
+            Error::shapes(
+                op,
+                [shape],
+                format!("{n} {dtype} elements cannot be allocated"),
+            )
+        };
+        if n.checked_mul(dtype.size_bytes())
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(too_big());
+        }
+        fn zeros<T: Clone + Default>(n: usize, shape: &[usize]) -> Option<ArrayD<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, T::default());
+            ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+        }
+        match dtype {
+            DType::F32 => zeros(n, shape).map(ArrayData::F32),
+            DType::F64 => zeros(n, shape).map(ArrayData::F64),
+            DType::I64 => zeros(n, shape).map(ArrayData::I64),
+            DType::Bool => zeros(n, shape).map(ArrayData::Bool),
+        }
+        .ok_or_else(too_big)
+    }
     /// A constant of a shape and dtype (`value` is converted; bool is `value != 0`).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Self {
         let sh = IxDyn(shape);

@@ -21,6 +21,14 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
     }
+    /// The size of one element in bytes.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::Bool => 1,
+        }
+    }
     /// The short name used in printed graphs (`f32`, `f64`, `i64`, `bool`).
     pub fn name(self) -> &'static str {
         match self {
@@ -72,9 +80,10 @@ impl Aval {
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
-    /// Number of elements.
+    /// Number of elements (saturating at `usize::MAX` for a shape too large
+    /// to exist; [`checked_size`] says whether it can).
     pub fn size(&self) -> usize {
-        self.shape.iter().product()
+        saturating_size(&self.shape)
     }
     /// The same aval with another shape.
     pub fn with_shape(&self, shape: &[usize]) -> Aval {
@@ -96,5 +105,45 @@ impl fmt::Display for Aval {
             write!(f, "{d}")?;
         }
         f.write_str("]")
+    }
+}
+
+/// The number of elements of `shape`, saturating at `usize::MAX` (a shape
+/// with a zero dimension holds none, however large the others).
+pub fn saturating_size(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .unwrap_or(usize::MAX)
+}
+
+/// The number of elements of `shape`, or an [`Error::Shape`](crate::Error::Shape)
+/// naming `op` when no array can have that shape: the product of its
+/// non-zero dimensions must not exceed `isize::MAX` (the limit of ndarray,
+/// and of any allocation).
+///
+/// ```
+/// use braintrace_core::tensor::checked_size;
+/// assert_eq!(checked_size("reshape", &[2, 3]).unwrap(), 6);
+/// assert_eq!(checked_size("reshape", &[usize::MAX, 0]).is_err(), true);
+/// assert!(checked_size("reshape", &[1 << 62, 4]).is_err());
+/// ```
+pub fn checked_size(op: &str, shape: &[usize]) -> crate::Result<usize> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize);
+    match nonzero {
+        Some(_) if shape.contains(&0) => Ok(0),
+        Some(n) => Ok(n),
+        None => Err(crate::Error::shapes(
+            op,
+            [shape],
+            "the shape is too large: the product of its non-zero dimensions exceeds isize::MAX",
+        )),
     }
 }

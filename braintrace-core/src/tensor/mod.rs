@@ -7,7 +7,7 @@ mod dtype;
 mod inplace;
 
 pub use data::{ArrayData, Element};
-pub use dtype::{Aval, DType};
+pub use dtype::{checked_size, saturating_size, Aval, DType};
 pub use inplace::ArrayElement;
 
 use crate::error::{Error, Result};
@@ -64,23 +64,40 @@ impl Tensor {
     }
     /// A tensor of element type `T` from row-major data.
     pub fn from_vec_typed<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        const OP: &str = "Tensor::from_vec";
+        let holds = checked_size(OP, shape)?;
         let n = data.len();
+        if n != holds {
+            return Err(Error::shapes(
+                OP,
+                [shape],
+                format!("{n} elements given, the shape holds {holds}"),
+            ));
+        }
         ArrayD::from_shape_vec(IxDyn(shape), data)
             .map(Tensor::from_array)
-            .map_err(|_| {
-                Error::shape(
-                    "Tensor::from_vec",
-                    format!("{shape:?}"),
-                    format!(
-                        "{n} elements given, the shape holds {}",
-                        shape.iter().product::<usize>()
-                    ),
-                )
-            })
+            .map_err(|e| Error::shapes(OP, [shape], e.to_string()))
     }
     /// Zeros of a shape and dtype.
+    ///
+    /// Infallible: the shape must be one an array can have (see
+    /// [`checked_size`]) and fit in memory; for a shape that comes from user
+    /// input use [`Tensor::try_zeros`].
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::from_data(ArrayData::zeros(shape, dtype))
+    }
+    /// Zeros of a shape and dtype, or an error naming `op` when no array can
+    /// have that shape (see [`checked_size`]) or its memory cannot be
+    /// allocated.
+    ///
+    /// ```
+    /// use braintrace_core::{DType, Tensor};
+    /// assert_eq!(Tensor::try_zeros("init", &[2, 3], DType::F32)?.shape(), &[2, 3]);
+    /// assert!(Tensor::try_zeros("init", &[1 << 62, 4], DType::F32).is_err());
+    /// # Ok::<(), braintrace_core::Error>(())
+    /// ```
+    pub fn try_zeros(op: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        ArrayData::try_zeros(op, shape, dtype).map(Tensor::from_data)
     }
     /// Ones of a shape and dtype.
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
@@ -189,9 +206,9 @@ impl Tensor {
     pub fn item(&self) -> Result<f64> {
         let v = self.to_vec_f64()?;
         if v.len() != 1 {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "Tensor::item",
-                format!("{:?}", self.shape()),
+                [self.shape()],
                 "expected exactly one element",
             ));
         }
