@@ -589,6 +589,7 @@ impl ScalarOp {
         match self {
             ScalarOp::Add => x + s,
             ScalarOp::Mul => x * s,
+            ScalarOp::Div => x / s,
             ScalarOp::RSub => s - x,
             ScalarOp::RDiv => s / x,
             ScalarOp::Pow => x.powf(s),

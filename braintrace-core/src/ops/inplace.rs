@@ -218,7 +218,7 @@ impl Tensor {
                     }
                 };
             }
-            arms!(Add, Mul, RSub, RDiv, Pow, Max, Min)
+            arms!(Add, Mul, Div, RSub, RDiv, Pow, Max, Min)
         }
         match self.data_mut_for(OP)? {
             ArrayData::F32(o) => run(o, op, s),
