@@ -46,6 +46,8 @@ mod book {
     mod builtins {}
     #[doc = include_str!("../book/src/checking-rules.md")]
     mod checking_rules {}
+    #[doc = include_str!("../book/src/online-learning.md")]
+    mod online_learning {}
     #[doc = include_str!("../book/src/python-names.md")]
     mod python_names {}
 }
