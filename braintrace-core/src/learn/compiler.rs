@@ -185,28 +185,6 @@ impl EtraceGraph {
         (0..self.num_params).filter(|p| !with.contains(p)).collect()
     }
 
-    fn consumers(&self) -> Vec<Vec<usize>> {
-        let mut c = vec![Vec::new(); self.graph.num_vars()];
-        for (i, e) in self.graph.eqns().iter().enumerate() {
-            for &v in e.inputs() {
-                if !c[v].contains(&i) {
-                    c[v].push(i);
-                }
-            }
-        }
-        c
-    }
-
-    fn producers(&self) -> Vec<Option<usize>> {
-        let mut p = vec![None; self.graph.num_vars()];
-        for (i, e) in self.graph.eqns().iter().enumerate() {
-            for &v in e.outputs() {
-                p[v] = Some(i);
-            }
-        }
-        p
-    }
-
     /// Forward reachability from `start` over consumers; `stop(eqn)` says an
     /// equation does not propagate; `halt(var)` says a var is reached but not
     /// followed. Returns the reached vars and the stopped equations met.
@@ -253,7 +231,7 @@ impl EtraceGraph {
 
     fn find_groups(&mut self) -> Result<()> {
         let nh = self.num_hidden;
-        let consumers = self.consumers();
+        let consumers = self.graph.consumers();
         let eqns = self.graph.eqns();
         let stop = |i: usize| {
             let name = eqns[i].prim().name();
@@ -351,8 +329,8 @@ impl EtraceGraph {
     }
 
     fn find_relations(&mut self, state: &ModelState) -> Result<()> {
-        let consumers = self.consumers();
-        let producers = self.producers();
+        let consumers = self.graph.consumers();
+        let producers = self.graph.producers();
         let hidden_outs: Vec<VarId> = (0..self.num_hidden)
             .map(|j| self.hidden_out_var(j))
             .collect();

@@ -47,7 +47,13 @@ where
         let g = match cached {
             Some(g) => g,
             None => {
-                let g = Arc::new(make_graph(&self.f, &key)?.lower()?);
+                let mut g = make_graph(&self.f, &key)?.lower()?;
+                // Staged programs often compute a value twice (a forward
+                // pass and the primal of a JVP of it): keep one.
+                if g.cse() > 0 {
+                    g.dce();
+                }
+                let g = Arc::new(g);
                 self.traces
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // A graph that captured tracers of an enclosing trace is only
