@@ -729,7 +729,10 @@ fn try_zeros_of_an_oversized_shape_is_an_error() {
     let e = err_of("try_zeros bytes", || {
         Tensor::try_zeros("my_init", &[1 << 61], DType::F64)
     });
-    assert!(matches!(e, Error::Shape { .. }), "{e:?}");
+    assert!(
+        matches!(e, Error::Allocation { ref op, .. } if op == "my_init"),
+        "{e:?}"
+    );
     assert_eq!(
         Tensor::try_zeros("my_init", &[2, 0], DType::Bool)
             .unwrap()
@@ -804,4 +807,76 @@ fn lora_init_drtrl_with_a_rank_0_lora_b_is_an_error() {
     });
     assert!(matches!(e.root(), Error::Shape { .. }), "{e:?}");
     assert_msg("lora rank-0", &e, &["etp_lora_mm", "lora_b"]);
+}
+
+/// Regression (found by `tests/proptest_ops.rs`): SAME padding with a huge
+/// kernel dilation overflowed `i64` in `same_padding` and panicked.
+#[test]
+fn conv_same_padding_with_a_huge_dilation_is_an_error() {
+    use braintrace::ops::{conv_general, ConvPadding, ConvParams};
+    for dil in [usize::MAX, 1 << 62, (1 << 63) + 1] {
+        let p = ConvParams::default_for(1)
+            .with_padding(ConvPadding::Same)
+            .with_rhs_dilation(&[dil]);
+        let args = [z(&[1, 1, 4]), z(&[1, 1, 3])];
+        let e = err_of("conv SAME huge dilation", || {
+            conv_general(&args[0], &args[1], &p)
+        });
+        assert!(e.to_string().contains("conv"), "{e}");
+        let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+        let e = err_of("conv SAME huge dilation (traced)", || {
+            make_graph(
+                |a: &[Tensor]| Ok(vec![conv_general(&a[0], &a[1], &p)?]),
+                &avals,
+            )
+        });
+        assert!(e.to_string().contains("conv"), "{e}");
+        let e = err_of("grad conv huge dilation", || {
+            grad(|a: &[Tensor]| conv_general(&a[0], &a[1], &p)?.sum_all())(&[
+                z(&[1, 1, 4]),
+                z(&[1, 1, 3]),
+            ])
+        });
+        assert!(e.to_string().contains("conv"), "{e}");
+    }
+}
+
+/// Regression (found by `tests/proptest_ops.rs`): `scatter_add` of integer
+/// updates was an error eagerly but Ok under tracing (the shape rule did not
+/// check the dtype the kernel rejects).
+#[test]
+fn scatter_add_of_integer_updates_is_an_error_eagerly_and_traced() {
+    let idx = Tensor::from_vec_typed(vec![0i64, 1], &[2]).unwrap();
+    let upd = Tensor::from_vec_typed(vec![1i64, 2], &[2]).unwrap();
+    let (e, t) = err_eager_and_traced("scatter_add i64", &[idx, upd], |a| {
+        scatter_add(&a[0], &a[1], 0, &[3])
+    });
+    for e in [e, t] {
+        assert!(
+            matches!(e, Error::DType { ref op, .. } if op == "scatter_add"),
+            "{e:?}"
+        );
+    }
+}
+
+/// Regression (found by `tests/proptest_ops.rs`'s hostile shapes):
+/// `broadcast_to` a valid shape too large for memory (`[2^62 + 1]` of bool)
+/// aborted the process in the allocator; it is an `Error::Allocation`.
+/// (Tracing allocates nothing, so it accepts the shape.)
+#[test]
+fn broadcast_to_an_unallocatable_shape_is_an_allocation_error() {
+    let m = Tensor::ones(&[1], DType::Bool);
+    let e = err_of("broadcast_to 2^62+1 bools", || {
+        m.broadcast_to(&[(1 << 62) + 1])
+    });
+    assert!(
+        matches!(e, Error::Allocation { ref op, .. } if op == "broadcast_to"),
+        "{e:?}"
+    );
+    assert_msg("allocation", &e, &["broadcast_to", "4611686018427387905"]);
+    let e = err_of("broadcast_to 2^62+1 f64", || {
+        z(&[1]).broadcast_to(&[(1 << 62) + 1])
+    });
+    assert!(matches!(e, Error::Allocation { .. }), "{e:?}");
+    assert_msg("allocation bytes", &e, &["more than isize::MAX bytes"]);
 }

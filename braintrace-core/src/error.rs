@@ -158,6 +158,20 @@ pub enum Error {
         /// The operand's shape.
         shape: Shape,
     },
+    /// A result whose memory cannot be allocated: its byte size overflows,
+    /// or the system refused it. The shape itself is valid (so tracing, which
+    /// allocates nothing, accepts it).
+    #[error("{op}: cannot allocate {elements} elements ({bytes}) for a result of shape {shape}")]
+    Allocation {
+        /// The op.
+        op: String,
+        /// The result's shape.
+        shape: Shape,
+        /// Its number of elements.
+        elements: usize,
+        /// Its size in bytes, or why there is none (`"more than isize::MAX bytes"`).
+        bytes: String,
+    },
     /// An index value outside the axis it indexes (`take`, `scatter_add`).
     #[error("{op}: index {index} is out of bounds for axis {axis} with size {size} (valid range [0, {size}))")]
     Index {
@@ -348,6 +362,23 @@ impl Error {
             source: ErrorBox::new(source),
         }
     }
+    /// [`Error::Allocation`] of `elements` elements of `elem_bytes` bytes each.
+    pub fn allocation(
+        op: impl Into<String>,
+        shape: &[usize],
+        elements: usize,
+        elem_bytes: usize,
+    ) -> Self {
+        Error::Allocation {
+            op: op.into(),
+            shape: shape.into(),
+            elements,
+            bytes: match elements.checked_mul(elem_bytes) {
+                Some(b) if b <= isize::MAX as usize => format!("{b} bytes"),
+                _ => "more than isize::MAX bytes".into(),
+            },
+        }
+    }
     /// The innermost error: follows [`Error::Etp`] wraps down to the error
     /// that was first raised (itself when it wraps nothing).
     pub fn root(&self) -> &Error {
@@ -365,6 +396,7 @@ impl Error {
             | Error::Arity { op, .. }
             | Error::Axis { op, .. }
             | Error::Index { op, .. }
+            | Error::Allocation { op, .. }
             | Error::Symbolic { op, .. }
             | Error::EscapedTracer { op, .. }
             | Error::Param { op, .. }

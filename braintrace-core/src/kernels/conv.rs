@@ -57,7 +57,8 @@ impl ConvGeometry {
                     })?;
                 let dil_k = dilated_size(k_spatial[i], self.rhs_dilation[i])?;
                 if padded >= dil_k {
-                    let out = (padded - dil_k) / self.strides[i] as i64 + 1;
+                    let stride = i64::try_from(self.strides[i]).unwrap_or(i64::MAX);
+                    let out = (padded - dil_k) / stride + 1;
                     usize::try_from(out).map_err(|_| {
                         Error::invalid("conv", format!("output size overflows in spatial dim {i}"))
                     })
@@ -114,8 +115,9 @@ fn dilated_size(n: usize, dil: usize) -> Result<i64> {
     if n == 0 {
         return Ok(0);
     }
-    (n as i64 - 1)
-        .checked_mul(dil as i64)
+    let (n, dil) = (i64::try_from(n).ok(), i64::try_from(dil).ok());
+    n.zip(dil)
+        .and_then(|(n, dil)| (n - 1).checked_mul(dil))
         .and_then(|v| v.checked_add(1))
         .ok_or_else(|| Error::invalid("conv", "dilated size overflows"))
 }
@@ -123,14 +125,18 @@ fn dilated_size(n: usize, dil: usize) -> Result<i64> {
 /// SAME padding per JAX: out = ceil(n/s); pad_total = max((out-1)*s + (k-1)*d + 1 - n, 0); lo = pad_total/2; hi = pad_total - lo.
 ///
 /// A stride or dilation of 0 is treated as 1.
+/// Computed in `i128` and saturated to `i64`, so huge sizes or dilations
+/// cannot overflow; a saturated padding makes the output size overflow,
+/// which [`ConvGeometry::output_spatial`] reports as an error.
 pub fn same_padding(n: usize, k: usize, stride: usize, rhs_dilation: usize) -> (i64, i64) {
-    let s = stride.max(1) as i64;
-    let d = rhs_dilation.max(1) as i64;
-    let (n, k) = (n as i64, k as i64);
+    let s = stride.max(1) as i128;
+    let d = rhs_dilation.max(1) as i128;
+    let (n, k) = (n as i128, k as i128);
     let out = (n + s - 1) / s;
     let total = ((out - 1) * s + (k - 1) * d + 1 - n).max(0);
     let lo = total / 2;
-    (lo, total - lo)
+    let sat = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+    (sat(lo), sat(total - lo))
 }
 
 /// Validated shapes of one convolution.

@@ -16,7 +16,7 @@ pub(crate) fn try_zeros_array<T: Clone + num_traits::Zero>(
     shape: &[usize],
 ) -> Result<ArrayD<T>> {
     let n = crate::tensor::checked_size(op, shape)?;
-    let too_big = || Error::shapes(op, [shape], format!("{n} elements cannot be allocated"));
+    let too_big = || Error::allocation(op, shape, n, std::mem::size_of::<T>());
     if n.checked_mul(std::mem::size_of::<T>())
         .is_none_or(|b| b > isize::MAX as usize)
     {

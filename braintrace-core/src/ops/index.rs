@@ -127,6 +127,14 @@ impl Primitive for ScatterAdd {
                 format!("indices must be i64, got {i}"),
             ));
         }
+        // The kernel adds floats; checked here so tracing refuses what eager
+        // evaluation would.
+        if !u.dtype().is_float() {
+            return Err(Error::dtype(
+                "scatter_add",
+                format!("updates must be floats, got {u}"),
+            ));
+        }
         if self.axis >= self.shape.len() {
             return Err(Error::axis("scatter_add", self.axis as isize, &self.shape));
         }

@@ -273,6 +273,7 @@ impl Primitive for BroadcastInDim {
         for (i, &d) in self.dims.iter().enumerate() {
             mid[d] = inputs[0].shape()[i];
         }
+        ArrayData::check_alloc("broadcast_to", &self.shape, inputs[0].dtype())?;
         let sh = IxDyn(&self.shape);
         let bad = internal("broadcast_to", &self.shape);
         let d = try_map_any!(inputs[0].data_for("broadcast_in_dim")?, |a| {

@@ -87,13 +87,7 @@ impl ArrayData {
     /// memory cannot be allocated (the allocation is fallible, not an abort).
     pub fn try_zeros(op: &str, shape: &[usize], dtype: DType) -> Result<Self> {
         let n = super::checked_size(op, shape)?;
-        let too_big = || {
-            Error::shapes(
-                op,
-                [shape],
-                format!("{n} {dtype} elements cannot be allocated"),
-            )
-        };
+        let too_big = || Error::allocation(op, shape, n, dtype.size_bytes());
         if n.checked_mul(dtype.size_bytes())
             .is_none_or(|b| b > isize::MAX as usize)
         {
@@ -112,6 +106,24 @@ impl ArrayData {
             DType::Bool => zeros(n, shape).map(ArrayData::Bool),
         }
         .ok_or_else(too_big)
+    }
+    /// Whether an array of `shape` and `dtype` can be allocated: an error
+    /// naming `op` when no array can have the shape, its byte size overflows,
+    /// or (for more than 1 GiB) the memory is refused. Kernels that build a
+    /// result of a user-given shape through ndarray (whose allocation would
+    /// abort the process on failure) call this first.
+    pub fn check_alloc(op: &str, shape: &[usize], dtype: DType) -> Result<()> {
+        let n = super::checked_size(op, shape)?;
+        let too_big = || Error::allocation(op, shape, n, dtype.size_bytes());
+        let bytes = n
+            .checked_mul(dtype.size_bytes())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_big)?;
+        if bytes > 1 << 30 {
+            let mut probe: Vec<u8> = Vec::new();
+            probe.try_reserve_exact(bytes).map_err(|_| too_big())?;
+        }
+        Ok(())
     }
     /// A constant of a shape and dtype (`value` is converted; bool is `value != 0`).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Self {
