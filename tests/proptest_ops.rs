@@ -6,7 +6,7 @@
 //! explicit loops in f64 (and traced/jitted/vmapped calls with the eager one).
 //!
 //! The seed is fixed so a failure reproduces (`BRAINTRACE_PROPTEST_SEED`
-//! picks another); the case counts add up to 16,000 per `cargo test`.
+//! picks another); the case counts add up to 18,000 per `cargo test`.
 
 use braintrace::ops::index::scatter_add;
 use braintrace::ops::shape::broadcast_in_dim;
@@ -792,6 +792,127 @@ proptest! {
         let t = no_panic("eval_shape", || eval_shape(|t: &[Tensor]| Ok(vec![t[0].tanh()?.mean_all()?]), &[a]))?;
         if let Err(e) = &t {
             names_its_op("eval_shape", e)?;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ primitives and sequences
+
+use braintrace::graph::{bind, Primitive};
+use braintrace::ops::elementwise::{
+    Binary, BinaryOp, Cast, Compare, CompareOp, Scalar, ScalarOp, Select, Unary, UnaryOp,
+};
+use braintrace::ops::index::{ScatterAdd, Take};
+use braintrace::ops::linalg::Matmul;
+use braintrace::ops::shape::{BroadcastInDim, Concat, Pad, ReduceSum, Reshape, SliceOp, Transpose};
+use std::sync::Arc;
+
+/// A core primitive with random (often invalid) parameters.
+fn primitive(which: usize, v: &[usize], w: &[usize], axis: usize, dt: DType) -> Arc<dyn Primitive> {
+    match which {
+        0 => Arc::new(Unary(UnaryOp::Tanh)),
+        1 => Arc::new(Binary(BinaryOp::Mul)),
+        2 => Arc::new(Scalar {
+            op: ScalarOp::Div,
+            value: 0.5,
+        }),
+        3 => Arc::new(Compare(CompareOp::Le)),
+        4 => Arc::new(Select),
+        5 => Arc::new(Cast(dt)),
+        6 => Arc::new(Reshape { shape: v.to_vec() }),
+        7 => Arc::new(Transpose { perm: v.to_vec() }),
+        8 => Arc::new(BroadcastInDim {
+            shape: v.to_vec(),
+            dims: w.to_vec(),
+        }),
+        9 => Arc::new(ReduceSum { axes: v.to_vec() }),
+        10 => Arc::new(SliceOp {
+            starts: v.to_vec(),
+            limits: w.to_vec(),
+        }),
+        11 => Arc::new(Pad {
+            lo: v.to_vec(),
+            hi: w.to_vec(),
+        }),
+        12 => Arc::new(Matmul),
+        13 => Arc::new(Take { axis }),
+        14 => Arc::new(ScatterAdd {
+            axis,
+            shape: v.to_vec(),
+        }),
+        _ => Arc::new(Concat { axis }),
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1000))]
+
+    /// Core primitives bound directly with random arities, operand shapes
+    /// and dtypes, and random parameters (including hostile sizes): eager,
+    /// traced and jitted, nothing panics and every error names its op.
+    #[test]
+    fn primitives_with_random_arity_and_params(
+        which in 0usize..16,
+        v in prop::collection::vec(dim(), 0..4),
+        w in prop::collection::vec(0usize..4, 0..4),
+        axis in 0usize..4,
+        shapes in prop::collection::vec(small_shape(3), 0..4),
+        dts in prop::collection::vec(dtype(), 4),
+        seed in any::<u64>(),
+    ) {
+        let p = primitive(which, &v, &w, axis, dts[3]);
+        let args: Vec<Tensor> = shapes.iter().enumerate().map(|(i, s)| tensor(s, dts[i], seed ^ i as u64)).collect();
+        let name = p.name();
+        let p2 = p.clone();
+        run_all_modes(&name, &args, move |t: &[Tensor]| bind(p2.clone(), t))?;
+    }
+
+    /// A random sequence of ops applied one after another: eager, traced and
+    /// jitted agree (or all refuse), and vmap over a leading axis equals the
+    /// loop over its slices.
+    #[test]
+    fn random_sequences_of_ops(
+        shape in prop::collection::vec(1usize..4, 1..4),
+        ops in prop::collection::vec((0usize..10, 0usize..4), 1..6),
+        seed in any::<u64>(),
+    ) {
+        let ops2 = ops.clone();
+        let f = move |t: &[Tensor]| -> Result<Vec<Tensor>> {
+            let mut x = t[0].clone();
+            for &(op, a) in &ops2 {
+                x = match op {
+                    0 => x.sin()?,
+                    1 => x.mul_scalar(1.5)?.add(&x)?,
+                    2 => x.sum(&[a])?,
+                    3 => x.expand_dims(a)?,
+                    4 => x.transpose(&(0..x.ndim()).rev().collect::<Vec<_>>())?,
+                    5 => x.pad(&vec![a % 2; x.ndim()], &vec![1; x.ndim()])?,
+                    6 => x.reshape(&[x.size()])?,
+                    7 => x.slice_axis(a, 0, 1)?,
+                    8 => concat(&[x.clone(), x.square()?], a)?,
+                    _ => x.mean(&[a])?.softplus()?,
+                };
+            }
+            Ok(vec![x])
+        };
+        let x = tensor(&shape, DType::F64, seed);
+        let out = run_all_modes("sequence", std::slice::from_ref(&x), f.clone())?;
+        let mapped = no_panic("vmap sequence", || vmap(f.clone(), vec![Some(0)])(std::slice::from_ref(&x)))?;
+        if let Err(e) = &mapped {
+            names_its_op("vmap sequence", e)?;
+        }
+        let per: Result<Vec<Tensor>> = (0..shape[0]).map(|i| Ok(f(&[x.index_axis0(i)?])?.remove(0))).collect();
+        match (mapped, per) {
+            (Ok(m), Ok(per)) => {
+                let want = stack(&per, 0).unwrap();
+                prop_assert_eq!(m[0].shape(), want.shape());
+                prop_assert!(close(&vals(&m[0]), &vals(&want), 1e-12));
+            }
+            (Err(_), Err(_)) => {}
+            (m, p) => return Err(TestCaseError::fail(format!(
+                "vmap {:?} vs loop {:?} (eager on the batch: {})",
+                m.map(|_| ()), p.map(|_| ()), out.is_some()
+            ))),
         }
     }
 }
