@@ -13,7 +13,8 @@
 //! (`tests/learn_support/e2e.rs`). All failures of all files are collected
 //! and reported together at the end. A second test runs the
 //! same harness over `tests/golden_extra` (variant set B, recorded from the
-//! reference library by `scripts/golden_gen/generate.py`).
+//! reference library by `scripts/golden_gen/generate.py` for the primitives and
+//! `scripts/golden_gen/generate_e2e.py` for the e2e cases).
 
 mod golden_support;
 mod learn_support;
@@ -28,7 +29,8 @@ fn golden_cases() {
 }
 
 /// The second set (variant set B), recorded from the reference library by
-/// `scripts/golden_gen/generate.py` into `tests/golden_extra` (other shapes,
+/// `scripts/golden_gen/generate.py` (primitives) and `generate_e2e.py` (e2e
+/// cases) into `tests/golden_extra` (other shapes, dims, hyperparameters,
 /// seeds and variants than the shared set); always checked, whatever
 /// `BRAINTRACE_GOLDEN_DIR` says.
 #[test]
