@@ -50,4 +50,6 @@ mod book {
     mod online_learning {}
     #[doc = include_str!("../book/src/python-names.md")]
     mod python_names {}
+    #[doc = include_str!("../book/src/internals.md")]
+    mod internals {}
 }

@@ -769,3 +769,20 @@ fn call_refuses_arguments_of_other_avals() {
     let ok = c.bind(&[t(vec![0.0, 1.0], &[2])]).unwrap();
     assert_tensor("call eval", &ok[0], &[2], &[1.0, 1f64.exp()]);
 }
+
+#[test]
+fn cse_does_not_merge_custom_jvp_calls_with_the_same_name() {
+    use braintrace::ops::CustomJvp;
+    // Same name, same operand, same equation count: different functions.
+    let rule = |p: &[Tensor], t: &[Tensor]| Ok((vec![p[0].clone()], vec![t[0].clone()]));
+    let f = CustomJvp::new("f", |a: &[Tensor]| Ok(vec![a[0].exp()?]), rule);
+    let h = CustomJvp::new("f", |a: &[Tensor]| Ok(vec![a[0].tanh()?]), rule);
+    let mut g = make_graph(
+        |a: &[Tensor]| Ok(vec![f.call(a)?.remove(0).add(&h.call(a)?.remove(0))?]),
+        &[f64_aval(&[1])],
+    )
+    .unwrap();
+    assert_eq!(g.cse(), 0);
+    let out = g.eval(&[t(vec![0.5], &[1])]).unwrap();
+    assert_tensor("f + h", &out[0], &[1], &[0.5f64.exp() + 0.5f64.tanh()]);
+}

@@ -340,6 +340,15 @@ impl Primitive for CustomJvpCall {
                 }),
         )
     }
+    fn cse_key(&self) -> Option<String> {
+        // Name and params do not identify the held graph and rule closure:
+        // two calls are the same computation only when they share both.
+        Some(format!(
+            "custom_jvp_call@{:p}@{:p}",
+            Arc::as_ptr(&self.graph),
+            Arc::as_ptr(&self.rule) as *const ()
+        ))
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
