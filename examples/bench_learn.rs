@@ -1,0 +1,488 @@
+//! Online-learning benchmark: `etrace_grad` time per step, compile time and
+//! peak memory of the D-RTRL and pp_prop learners on a GRU net and a LIF net.
+//!
+//! ```text
+//! cargo run --release --example bench_learn > rs.jsonl
+//! cargo run --release --example bench_learn -- --model gru --algo d_rtrl --n-rec 128 --batch 16
+//! cargo run --release --example bench_learn -- --model gru --algo d_rtrl --n-rec 128 \
+//!     --batch 16 --T 10000 --budget-s 0 --runs 1
+//! BENCH_QUICK=1 cargo run --release --example bench_learn
+//! ```
+//!
+//! The grid is model {gru, lif} × algorithm {d_rtrl, pp_prop (decay 0.95)}
+//! × hidden {128, 512} × batch {16, 64}, with input 16, output 4, T = 100,
+//! f32. Every filter takes one value or a comma-separated list. Each
+//! configuration runs in a child process of this program (`--child`), so the
+//! peak RSS it reports (`VmHWM` of `/proc/self/status`, MiB) is that
+//! configuration's own.
+//!
+//! Per configuration: `compile` is timed (`compile_ms`); a warm-up
+//! `etrace_grad` over `min(T, 3)` steps (`first_call_ms`, which includes the
+//! staging of the per-step programs on first use) estimates the time per
+//! step; then `etrace_grad` over the sequence is timed up to `--runs` times
+//! (default 3) while the time budget `--budget-s` (default 20 s; 0 = none)
+//! lasts, at least once, and `ms_per_step` is the median wall time / steps.
+//! When the estimate says T steps would overrun the budget, a shorter
+//! sequence (at least 3 steps) is timed and `steps_timed` says so.
+//!
+//! Output: one JSON line per configuration on stdout as it finishes
+//! (`impl, model, algo, n_in, n_rec, n_out, batch, T, ms_per_step,
+//! compile_ms, peak_rss_mb, steps_timed, runs, first_call_ms`), then a table
+//! on stderr. `scripts/bench_ref/bench_learn_ref.py` runs the same workloads
+//! on braintrace 0.2.6 and `scripts/bench_compare.py` prints both side by
+//! side.
+//!
+//! The models are the golden `gru` and `lif` nets (golden README §6.1),
+//! copied from `tests/learn_support/models.rs`; the LIF uses the golden
+//! hyperparameters (β = 0.8, γ = 0.6, v_th = 1, readout decay e^{-1/5}).
+//! Inputs are uniform in [0, 1), targets in [-1, 1), the loss is the mean
+//! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
+//! T 5).
+
+use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
+use braintrace::learn::{Learner, Reduction};
+use braintrace::nn::{GruCell, LeakyRateReadout, LifCell, Linear};
+use braintrace::{DType, Result, Tensor};
+use std::hint::black_box;
+use std::process::Command;
+use std::time::Instant;
+
+const N_IN: usize = 16;
+const N_OUT: usize = 4;
+const PP_DECAY: f64 = 0.95;
+const SEED: u64 = 0;
+
+// ---------------------------------------------------------------------------
+// the two benchmark models (the golden `gru` and `lif` nets)
+// ---------------------------------------------------------------------------
+
+/// `gru`: GRUCell `rnn` then Linear `out`.
+struct GruNet {
+    rnn: GruCell,
+    out: Linear,
+}
+
+impl GruNet {
+    fn new(n_in: usize, n_rec: usize, n_out: usize) -> Self {
+        GruNet {
+            rnn: GruCell::new("rnn", n_in, n_rec),
+            out: Linear::new("out", n_rec, n_out),
+        }
+    }
+}
+
+impl Model for GruNet {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.rnn.init(init)?;
+        self.out.init(init)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = self.rnn.step(ctx, x)?;
+        self.out.step(ctx, &h)
+    }
+}
+
+/// `lif`: a LIF cell (states `i`, `v`) then a leaky readout of its spikes.
+struct LifNet {
+    cell: LifCell,
+    readout: LeakyRateReadout,
+}
+
+impl LifNet {
+    fn new(n_in: usize, n_rec: usize, n_out: usize) -> Self {
+        // The golden hyperparameters: β, γ, v_th, readout τ = 5 with dt = 1.
+        LifNet {
+            cell: LifCell::new("", n_in, n_rec, 0.8, 0.6, 1.0),
+            readout: LeakyRateReadout::new("readout", n_rec, n_out, 5.0, 1.0),
+        }
+    }
+}
+
+impl Model for LifNet {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.cell.init(init)?;
+        self.readout.init(init)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let s = self.cell.step(ctx, x)?;
+        self.readout.step(ctx, &s)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// configurations and arguments
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct Config {
+    model: String,
+    algo: String,
+    n_rec: usize,
+    batch: usize,
+    t: usize,
+}
+
+struct Args {
+    models: Vec<String>,
+    algos: Vec<String>,
+    n_recs: Vec<usize>,
+    batches: Vec<usize>,
+    ts: Vec<usize>,
+    budget_s: f64,
+    runs: usize,
+    child: bool,
+    in_process: bool,
+}
+
+const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
+[--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--in-process]
+  every filter takes a value or a comma-separated list;
+  --budget-s: time budget per configuration's timed calls (0 = none);
+  --runs: at most this many timed calls (median reported);
+  --in-process: run every configuration in this process (for profilers;
+                peak RSS is then cumulative);
+  BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
+
+fn list<T: std::str::FromStr>(flag: &str, v: &str) -> std::result::Result<Vec<T>, String> {
+    v.split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| format!("{flag}: cannot parse `{s}`"))
+        })
+        .collect()
+}
+
+fn parse_args() -> std::result::Result<Args, String> {
+    let quick = std::env::var_os("BENCH_QUICK").is_some();
+    let mut a = Args {
+        models: vec!["gru".into(), "lif".into()],
+        algos: vec!["d_rtrl".into(), "pp_prop".into()],
+        n_recs: if quick { vec![32] } else { vec![128, 512] },
+        batches: if quick { vec![4] } else { vec![16, 64] },
+        ts: vec![if quick { 5 } else { 100 }],
+        budget_s: 20.0,
+        runs: 3,
+        child: false,
+        in_process: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--model" => a.models = list(&flag, &value()?)?,
+            "--algo" => a.algos = list(&flag, &value()?)?,
+            "--n-rec" => a.n_recs = list(&flag, &value()?)?,
+            "--batch" => a.batches = list(&flag, &value()?)?,
+            "--T" | "--t" => a.ts = list(&flag, &value()?)?,
+            "--budget-s" => {
+                a.budget_s = value()?
+                    .parse()
+                    .map_err(|_| "--budget-s: not a number".to_string())?
+            }
+            "--runs" => {
+                a.runs = value()?
+                    .parse()
+                    .map_err(|_| "--runs: not an unsigned integer".to_string())?
+            }
+            "--child" => a.child = true,
+            "--in-process" => a.in_process = true,
+            // `cargo bench`-style harness flags are ignored.
+            "--bench" => {}
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    for m in &a.models {
+        if m != "gru" && m != "lif" {
+            return Err(format!("--model: `{m}` is not gru or lif"));
+        }
+    }
+    for al in &a.algos {
+        if al != "d_rtrl" && al != "pp_prop" {
+            return Err(format!("--algo: `{al}` is not d_rtrl or pp_prop"));
+        }
+    }
+    if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) {
+        return Err("--n-rec, --batch and --T must be positive".into());
+    }
+    Ok(a)
+}
+
+fn configs(a: &Args) -> Vec<Config> {
+    let mut v = Vec::new();
+    for model in &a.models {
+        for algo in &a.algos {
+            for &n_rec in &a.n_recs {
+                for &batch in &a.batches {
+                    for &t in &a.ts {
+                        v.push(Config {
+                            model: model.clone(),
+                            algo: algo.clone(),
+                            n_rec,
+                            batch,
+                            t,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------
+// one configuration
+// ---------------------------------------------------------------------------
+
+/// Deterministic f32 values in `[lo, hi)` (a 64-bit LCG; no `rand`).
+fn det_f32(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Result<Tensor> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (s >> 40) as f32 / (1u64 << 24) as f32 * (hi - lo)
+        })
+        .collect();
+    Tensor::from_vec_typed(data, shape)
+}
+
+/// Peak resident set size of this process in MiB (`VmHWM`), if readable.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+struct Measured {
+    ms_per_step: f64,
+    compile_ms: f64,
+    first_call_ms: f64,
+    steps_timed: usize,
+    runs: usize,
+}
+
+fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
+    o.sub(y)?.square()?.mean_all()
+}
+
+fn sequences(t: usize, batch: usize, seed: u64) -> Result<(Tensor, Tensor)> {
+    // Inputs in [0, 1) so the LIF net receives drive; targets in [-1, 1).
+    let xs = det_f32(&[t, batch, N_IN], seed, 0.0, 1.0)?;
+    let ys = det_f32(&[t, batch, N_OUT], seed + 1, -1.0, 1.0)?;
+    Ok((xs, ys))
+}
+
+fn run_grad<M: Model>(learner: &mut Learner<M>, t: usize, batch: usize, seed: u64) -> Result<f64> {
+    let (xs, ys) = sequences(t, batch, seed)?;
+    let t0 = Instant::now();
+    let out = learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?;
+    let el = t0.elapsed().as_secs_f64();
+    black_box(out);
+    Ok(el)
+}
+
+fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
+    let state = ModelState::new(&model, DType::F32, SEED, Some(cfg.batch))?;
+    let algo: Algorithm = match cfg.algo.as_str() {
+        "d_rtrl" => DRtrl::default().into(),
+        _ => PpProp::new(PP_DECAY)?.into(),
+    };
+    let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);
+    let t0 = Instant::now();
+    let mut learner = compile(model, state, algo, &x0, Some(cfg.batch))?;
+    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+
+    // Warm-up: a few steps, which also estimate the time per step.
+    let warm = cfg.t.clamp(1, 3);
+    let first = run_grad(&mut learner, warm, cfg.batch, 7)?;
+    let est = first / warm as f64;
+    let mut steps = cfg.t;
+    if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
+        steps = ((budget_s / est) as usize).clamp(3.min(cfg.t), cfg.t);
+    }
+    // Up to `runs` timed calls while the budget lasts (at least one).
+    let mut per_step = Vec::new();
+    let mut spent = 0.0;
+    while per_step.len() < runs.max(1) && (per_step.is_empty() || spent < budget_s) {
+        let el = run_grad(&mut learner, steps, cfg.batch, 11 + per_step.len() as u64)?;
+        per_step.push(el / steps as f64);
+        spent += el;
+    }
+    per_step.sort_by(f64::total_cmp);
+    Ok(Measured {
+        ms_per_step: per_step[per_step.len() / 2] * 1e3,
+        runs: per_step.len(),
+        compile_ms,
+        first_call_ms: first * 1e3,
+        steps_timed: steps,
+    })
+}
+
+fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Value> {
+    let m = match cfg.model.as_str() {
+        "gru" => measure(GruNet::new(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        _ => measure(LifNet::new(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+    };
+    let rss = peak_rss_mb().map_or(serde_json::Value::Null, |r| round(r, 1).into());
+    Ok(serde_json::json!({
+        "impl": "braintrace-rs",
+        "model": cfg.model,
+        "algo": cfg.algo,
+        "n_in": N_IN,
+        "n_rec": cfg.n_rec,
+        "n_out": N_OUT,
+        "batch": cfg.batch,
+        "T": cfg.t,
+        "ms_per_step": round(m.ms_per_step, 4),
+        "compile_ms": round(m.compile_ms, 2),
+        "peak_rss_mb": rss,
+        "steps_timed": m.steps_timed,
+        "runs": m.runs,
+        "first_call_ms": round(m.first_call_ms, 2),
+    }))
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let p = 10f64.powi(digits);
+    (v * p).round() / p
+}
+
+// ---------------------------------------------------------------------------
+// driver
+// ---------------------------------------------------------------------------
+
+fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
+    vec![
+        "--child".into(),
+        "--model".into(),
+        cfg.model.clone(),
+        "--algo".into(),
+        cfg.algo.clone(),
+        "--n-rec".into(),
+        cfg.n_rec.to_string(),
+        "--batch".into(),
+        cfg.batch.to_string(),
+        "--T".into(),
+        cfg.t.to_string(),
+        "--budget-s".into(),
+        budget_s.to_string(),
+        "--runs".into(),
+        runs.to_string(),
+    ]
+}
+
+/// Run `cfg` in a child process; its JSON line, or why not.
+fn spawn(
+    cfg: &Config,
+    budget_s: f64,
+    runs: usize,
+) -> std::result::Result<serde_json::Value, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out = Command::new(exe)
+        .args(child_args(cfg, budget_s, runs))
+        .output()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "child failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| "child printed no JSON line".to_string())?;
+    serde_json::from_str(line).map_err(|e| format!("child JSON: {e}"))
+}
+
+fn print_table(rows: &[serde_json::Value]) {
+    eprintln!();
+    eprintln!(
+        "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12} {:>11} {:>9} {:>6}",
+        "model", "algo", "n_rec", "batch", "T", "ms/step", "compile ms", "RSS MiB", "timed"
+    );
+    for r in rows {
+        eprintln!(
+            "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12.4} {:>11.2} {:>9.1} {:>6}",
+            r["model"].as_str().unwrap_or("?"),
+            r["algo"].as_str().unwrap_or("?"),
+            r["n_rec"].as_u64().unwrap_or(0),
+            r["batch"].as_u64().unwrap_or(0),
+            r["T"].as_u64().unwrap_or(0),
+            r["ms_per_step"].as_f64().unwrap_or(f64::NAN),
+            r["compile_ms"].as_f64().unwrap_or(f64::NAN),
+            r["peak_rss_mb"].as_f64().unwrap_or(f64::NAN),
+            r["steps_timed"].as_u64().unwrap_or(0),
+        );
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let cfgs = configs(&args);
+    if args.child {
+        // Exactly one configuration, in this process.
+        let Some(cfg) = cfgs.first().filter(|_| cfgs.len() == 1) else {
+            eprintln!("--child needs exactly one configuration");
+            std::process::exit(2);
+        };
+        match run_config(cfg, args.budget_s, args.runs) {
+            Ok(v) => println!("{v}"),
+            Err(e) => {
+                eprintln!("{cfg:?}: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    eprintln!(
+        "bench_learn: {} configuration(s), f32, n_in {N_IN}, n_out {N_OUT}, pp_prop decay {PP_DECAY}, \
+         budget {} s per timed call{}",
+        cfgs.len(),
+        args.budget_s,
+        if args.in_process {
+            ", in-process (peak RSS cumulative)"
+        } else {
+            ", one child process per configuration"
+        }
+    );
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    for cfg in &cfgs {
+        let r = if args.in_process {
+            run_config(cfg, args.budget_s, args.runs).map_err(|e| e.to_string())
+        } else {
+            spawn(cfg, args.budget_s, args.runs)
+        };
+        match r {
+            Ok(v) => {
+                println!("{v}");
+                rows.push(v);
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("{cfg:?}: {e}");
+            }
+        }
+    }
+    print_table(&rows);
+    if failed > 0 {
+        eprintln!("{failed} configuration(s) failed");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Side-by-side table of two bench_learn JSON-line outputs, with ratios.
+
+Reads the lines starting with ``{`` of two files (or ``-`` for stdin) --
+typically ``cargo run --release --example bench_learn`` (braintrace-rs) and
+``scripts/bench_ref/bench_learn_ref.py`` (braintrace 0.2.6) -- matches
+configurations on (model, algo, n_in, n_rec, n_out, batch, T) and prints
+ms/step, compile time and peak RSS of both. ``speed-up`` is
+ms_per_step(reference) / ms_per_step(ours): above 1 means ours is faster.
+Configurations present in only one file are listed at the end. Standard
+library only.
+
+    python3 scripts/bench_compare.py rs.jsonl ref.jsonl
+    python3 scripts/bench_compare.py --markdown rs.jsonl ref.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+KEY = ("model", "algo", "n_in", "n_rec", "n_out", "batch", "T")
+
+
+def load(path):
+    f = sys.stdin if path == "-" else open(path)
+    rows = {}
+    with f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"{path}:{n}: not JSON: {e}")
+            missing = [k for k in KEY + ("ms_per_step",) if k not in r]
+            if missing:
+                sys.exit(f"{path}:{n}: missing {', '.join(missing)}")
+            rows[tuple(r[k] for k in KEY)] = r
+    return rows
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("ours", help="JSON lines of braintrace-rs (bench_learn)")
+    p.add_argument("ref", help="JSON lines of the reference (bench_learn_ref.py)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    a = p.parse_args(argv)
+    ours, ref = load(a.ours), load(a.ref)
+    order = {"gru": 0, "lif": 1, "d_rtrl": 0, "pp_prop": 1}
+    keys = sorted(set(ours) & set(ref),
+                  key=lambda k: (order.get(k[0], 9), k[0], order.get(k[1], 9), k[1]) + k[2:])
+    name_o = next(iter(ours.values()), {}).get("impl", "ours")
+    name_r = next(iter(ref.values()), {}).get("impl", "ref")
+
+    head = ["model", "algo", "hidden x batch", "T",
+            f"ms/step {name_o}", f"ms/step {name_r}", "speed-up",
+            "compile ms ours", "compile ms ref", "RSS MiB ours", "RSS MiB ref",
+            "RSS ratio", "steps timed ours"]
+    lines = []
+    for k in keys:
+        o, r = ours[k], ref[k]
+        lines.append([
+            k[0], k[1], f"{k[3]} x {k[5]}", str(k[6]),
+            fmt(o["ms_per_step"], ".4g"), fmt(r["ms_per_step"], ".4g"),
+            fmt(ratio(r["ms_per_step"], o["ms_per_step"]), ".2f") + "x",
+            fmt(o.get("compile_ms"), ".1f"), fmt(r.get("compile_ms"), ".1f"),
+            fmt(o.get("peak_rss_mb"), ".1f"), fmt(r.get("peak_rss_mb"), ".1f"),
+            fmt(ratio(o.get("peak_rss_mb"), r.get("peak_rss_mb")), ".3f"),
+            str(o.get("steps_timed", k[6])),
+        ])
+    if a.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" for _ in head) + "|")
+        for l in lines:
+            print("| " + " | ".join(l) + " |")
+    else:
+        widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
+                  for i, h in enumerate(head)]
+        print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+        for l in lines:
+            print("  ".join(c.rjust(w) for c, w in zip(l, widths)))
+    only_o = sorted(set(ours) - set(ref))
+    only_r = sorted(set(ref) - set(ours))
+    for label, ks in (("only in " + a.ours, only_o), ("only in " + a.ref, only_r)):
+        for k in ks:
+            print(f"{label}: {dict(zip(KEY, k))}", file=sys.stderr)
+    if not keys:
+        sys.exit("no configuration in common")
+
+
+if __name__ == "__main__":
+    main()
