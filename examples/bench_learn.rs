@@ -5,7 +5,7 @@
 //! cargo run --release --example bench_learn > rs.jsonl
 //! cargo run --release --example bench_learn -- --model gru --algo d_rtrl --n-rec 128 --batch 16
 //! cargo run --release --example bench_learn -- --model gru --algo d_rtrl --n-rec 128 \
-//!     --batch 16 --T 10000 --budget-s 0 --runs 1
+//!     --batch 16 --T 10000 --budget-s 0 --runs 1 [--chunk 100]
 //! BENCH_QUICK=1 cargo run --release --example bench_learn
 //! ```
 //!
@@ -21,13 +21,19 @@
 //! staging of the per-step programs on first use) estimates the time per
 //! step; then `etrace_grad` over the sequence is timed up to `--runs` times
 //! (default 3) while the time budget `--budget-s` (default 20 s; 0 = none)
-//! lasts, at least once, and `ms_per_step` is the median wall time / steps.
+//! lasts, at least once, and `ms_per_step` is the median wall time / steps;
+//! `cpu_ms_per_step` is the same with the process's CPU time (summed over
+//! its threads from `/proc/self/task/*/schedstat`), which is much steadier
+//! than wall time on a shared, loaded machine. The budget counts CPU time.
 //! When the estimate says T steps would overrun the budget, a shorter
 //! sequence (at least 3 steps) is timed and `steps_timed` says so.
+//! `--chunk N` feeds the sequence in `etrace_grad` calls of N steps (state
+//! carries over), so that memory is not dominated by the input sequence
+//! when checking that it is flat in T.
 //!
 //! Output: one JSON line per configuration on stdout as it finishes
 //! (`impl, model, algo, n_in, n_rec, n_out, batch, T, ms_per_step,
-//! compile_ms, peak_rss_mb, steps_timed, runs, first_call_ms`), then a table
+//! cpu_ms_per_step, compile_ms, peak_rss_mb, steps_timed, runs, first_call_ms, chunk`), then a table
 //! on stderr. `scripts/bench_ref/bench_learn_ref.py` runs the same workloads
 //! on braintrace 0.2.6 and `scripts/bench_compare.py` prints both side by
 //! side.
@@ -120,6 +126,8 @@ struct Config {
     n_rec: usize,
     batch: usize,
     t: usize,
+    /// Steps per `etrace_grad` call (0 = the whole sequence in one call).
+    chunk: usize,
 }
 
 struct Args {
@@ -130,15 +138,18 @@ struct Args {
     ts: Vec<usize>,
     budget_s: f64,
     runs: usize,
+    chunk: usize,
     child: bool,
     in_process: bool,
 }
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
-[--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--in-process]
+[--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--in-process]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
-  --runs: at most this many timed calls (median reported);
+  --runs: at most this many timed runs (median reported);
+  --chunk N: feed each run's sequence in etrace_grad calls of N steps
+             (state carries over; 0 = one call, the default);
   --in-process: run every configuration in this process (for profilers;
                 peak RSS is then cumulative);
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
@@ -163,6 +174,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         ts: vec![if quick { 5 } else { 100 }],
         budget_s: 20.0,
         runs: 3,
+        chunk: 0,
         child: false,
         in_process: false,
     };
@@ -184,6 +196,11 @@ fn parse_args() -> std::result::Result<Args, String> {
                 a.runs = value()?
                     .parse()
                     .map_err(|_| "--runs: not an unsigned integer".to_string())?
+            }
+            "--chunk" => {
+                a.chunk = value()?
+                    .parse()
+                    .map_err(|_| "--chunk: not an unsigned integer".to_string())?
             }
             "--child" => a.child = true,
             "--in-process" => a.in_process = true,
@@ -222,6 +239,7 @@ fn configs(a: &Args) -> Vec<Config> {
                             n_rec,
                             batch,
                             t,
+                            chunk: a.chunk,
                         });
                     }
                 }
@@ -262,6 +280,7 @@ fn peak_rss_mb() -> Option<f64> {
 
 struct Measured {
     ms_per_step: f64,
+    cpu_ms_per_step: Option<f64>,
     compile_ms: f64,
     first_call_ms: f64,
     steps_timed: usize,
@@ -279,13 +298,61 @@ fn sequences(t: usize, batch: usize, seed: u64) -> Result<(Tensor, Tensor)> {
     Ok((xs, ys))
 }
 
-fn run_grad<M: Model>(learner: &mut Learner<M>, t: usize, batch: usize, seed: u64) -> Result<f64> {
-    let (xs, ys) = sequences(t, batch, seed)?;
-    let t0 = Instant::now();
-    let out = learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?;
-    let el = t0.elapsed().as_secs_f64();
-    black_box(out);
-    Ok(el)
+/// CPU time of this process so far in seconds: the sum over its threads of
+/// the on-CPU time in `/proc/self/task/*/schedstat` (nanoseconds). On a
+/// shared machine it is far steadier than wall time.
+fn process_cpu_s() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        let s = std::fs::read_to_string(path).ok()?;
+        ns += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 * 1e-9)
+}
+
+/// Wall and CPU seconds of some work.
+#[derive(Clone, Copy, Default)]
+struct Timing {
+    wall: f64,
+    cpu: Option<f64>,
+}
+
+/// The timing of `etrace_grad` over `t` steps, fed in calls of at most
+/// `chunk` steps (0 = one call); the learner's state carries over between
+/// calls and generating the data is not timed.
+fn run_grad<M: Model>(
+    learner: &mut Learner<M>,
+    t: usize,
+    chunk: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Timing> {
+    let chunk = if chunk == 0 { t } else { chunk.min(t) };
+    let mut acc = Timing {
+        wall: 0.0,
+        cpu: Some(0.0),
+    };
+    let mut done = 0;
+    while done < t {
+        let n = chunk.min(t - done);
+        let (xs, ys) = sequences(n, batch, seed + done as u64)?;
+        let (c0, t0) = (process_cpu_s(), Instant::now());
+        let out = learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?;
+        acc.wall += t0.elapsed().as_secs_f64();
+        acc.cpu = match (acc.cpu, c0, process_cpu_s()) {
+            (Some(a), Some(c0), Some(c1)) => Some(a + (c1 - c0)),
+            _ => None,
+        };
+        black_box(out);
+        done += n;
+    }
+    Ok(acc)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
@@ -299,28 +366,34 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let mut learner = compile(model, state, algo, &x0, Some(cfg.batch))?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
 
-    // Warm-up: a few steps, which also estimate the time per step.
+    // Warm-up: a few steps, which also estimate the time per step (from the
+    // CPU time when available: wall time on a loaded machine overestimates).
     let warm = cfg.t.clamp(1, 3);
-    let first = run_grad(&mut learner, warm, cfg.batch, 7)?;
-    let est = first / warm as f64;
+    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7)?;
+    let est = first.cpu.unwrap_or(first.wall) / warm as f64;
     let mut steps = cfg.t;
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
         steps = ((budget_s / est) as usize).clamp(3.min(cfg.t), cfg.t);
     }
-    // Up to `runs` timed calls while the budget lasts (at least one).
-    let mut per_step = Vec::new();
+    // Up to `runs` timed runs while the budget lasts (at least one).
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     let mut spent = 0.0;
-    while per_step.len() < runs.max(1) && (per_step.is_empty() || spent < budget_s) {
-        let el = run_grad(&mut learner, steps, cfg.batch, 11 + per_step.len() as u64)?;
-        per_step.push(el / steps as f64);
-        spent += el;
+    while wall.len() < runs.max(1) && (wall.is_empty() || spent < budget_s) {
+        let seed = 11 + 1_000_000 * wall.len() as u64;
+        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed)?;
+        wall.push(tm.wall / steps as f64);
+        if let Some(c) = tm.cpu {
+            cpu.push(c / steps as f64);
+        }
+        spent += tm.cpu.unwrap_or(tm.wall);
     }
-    per_step.sort_by(f64::total_cmp);
+    let runs = wall.len();
     Ok(Measured {
-        ms_per_step: per_step[per_step.len() / 2] * 1e3,
-        runs: per_step.len(),
+        ms_per_step: median(&mut wall) * 1e3,
+        cpu_ms_per_step: (cpu.len() == runs).then(|| median(&mut cpu) * 1e3),
+        runs,
         compile_ms,
-        first_call_ms: first * 1e3,
+        first_call_ms: first.wall * 1e3,
         steps_timed: steps,
     })
 }
@@ -341,11 +414,13 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "batch": cfg.batch,
         "T": cfg.t,
         "ms_per_step": round(m.ms_per_step, 4),
+        "cpu_ms_per_step": m.cpu_ms_per_step.map(|c| round(c, 4)),
         "compile_ms": round(m.compile_ms, 2),
         "peak_rss_mb": rss,
         "steps_timed": m.steps_timed,
         "runs": m.runs,
         "first_call_ms": round(m.first_call_ms, 2),
+        "chunk": cfg.chunk,
     }))
 }
 
@@ -375,6 +450,8 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
         budget_s.to_string(),
         "--runs".into(),
         runs.to_string(),
+        "--chunk".into(),
+        cfg.chunk.to_string(),
     ]
 }
 
@@ -407,21 +484,33 @@ fn spawn(
 fn print_table(rows: &[serde_json::Value]) {
     eprintln!();
     eprintln!(
-        "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12} {:>11} {:>9} {:>6}",
-        "model", "algo", "n_rec", "batch", "T", "ms/step", "compile ms", "RSS MiB", "timed"
+        "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12} {:>12} {:>11} {:>9} {:>6}",
+        "model",
+        "algo",
+        "n_rec",
+        "batch",
+        "T",
+        "ms/step",
+        "cpu ms/step",
+        "compile ms",
+        "RSS MiB",
+        "timed"
     );
     for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let u = |k: &str| r[k].as_u64().unwrap_or(0);
         eprintln!(
-            "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12.4} {:>11.2} {:>9.1} {:>6}",
+            "{:<5} {:<8} {:>6} {:>6} {:>6} {:>12.4} {:>12.4} {:>11.2} {:>9.1} {:>6}",
             r["model"].as_str().unwrap_or("?"),
             r["algo"].as_str().unwrap_or("?"),
-            r["n_rec"].as_u64().unwrap_or(0),
-            r["batch"].as_u64().unwrap_or(0),
-            r["T"].as_u64().unwrap_or(0),
-            r["ms_per_step"].as_f64().unwrap_or(f64::NAN),
-            r["compile_ms"].as_f64().unwrap_or(f64::NAN),
-            r["peak_rss_mb"].as_f64().unwrap_or(f64::NAN),
-            r["steps_timed"].as_u64().unwrap_or(0),
+            u("n_rec"),
+            u("batch"),
+            u("T"),
+            f("ms_per_step"),
+            f("cpu_ms_per_step"),
+            f("compile_ms"),
+            f("peak_rss_mb"),
+            u("steps_timed"),
         );
     }
 }

@@ -5,8 +5,9 @@ Reads the lines starting with ``{`` of two files (or ``-`` for stdin) --
 typically ``cargo run --release --example bench_learn`` (braintrace-rs) and
 ``scripts/bench_ref/bench_learn_ref.py`` (braintrace 0.2.6) -- matches
 configurations on (model, algo, n_in, n_rec, n_out, batch, T) and prints
-ms/step, compile time and peak RSS of both. ``speed-up`` is
-ms_per_step(reference) / ms_per_step(ours): above 1 means ours is faster.
+ms/step (wall and CPU time), compile time and peak RSS of both.
+``speed-up`` is ms_per_step(reference) / ms_per_step(ours), ``cpu speed-up``
+the same with cpu_ms_per_step: above 1 means ours is faster.
 Configurations present in only one file are listed at the end. Standard
 library only.
 
@@ -46,6 +47,10 @@ def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
+def times(v):
+    return "-" if v is None else format(v, ".3g") + "x"
+
+
 def ratio(a, b):
     if a is None or b is None or b == 0:
         return None
@@ -66,21 +71,25 @@ def main(argv=None):
     name_r = next(iter(ref.values()), {}).get("impl", "ref")
 
     head = ["model", "algo", "hidden x batch", "T",
-            f"ms/step {name_o}", f"ms/step {name_r}", "speed-up",
+            "ms/step ours", "ms/step ref", "speed-up",
+            "cpu ms/step ours", "cpu ms/step ref", "cpu speed-up",
             "compile ms ours", "compile ms ref", "RSS MiB ours", "RSS MiB ref",
-            "RSS ratio", "steps timed ours"]
+            "steps timed ours"]
     lines = []
     for k in keys:
         o, r = ours[k], ref[k]
         lines.append([
             k[0], k[1], f"{k[3]} x {k[5]}", str(k[6]),
             fmt(o["ms_per_step"], ".4g"), fmt(r["ms_per_step"], ".4g"),
-            fmt(ratio(r["ms_per_step"], o["ms_per_step"]), ".2f") + "x",
+            times(ratio(r["ms_per_step"], o["ms_per_step"])),
+            fmt(o.get("cpu_ms_per_step"), ".4g"), fmt(r.get("cpu_ms_per_step"), ".4g"),
+            times(ratio(r.get("cpu_ms_per_step"), o.get("cpu_ms_per_step"))),
             fmt(o.get("compile_ms"), ".1f"), fmt(r.get("compile_ms"), ".1f"),
             fmt(o.get("peak_rss_mb"), ".1f"), fmt(r.get("peak_rss_mb"), ".1f"),
-            fmt(ratio(o.get("peak_rss_mb"), r.get("peak_rss_mb")), ".3f"),
             str(o.get("steps_timed", k[6])),
         ])
+    print(f"ours = {name_o}, ref = {name_r}; speed-up = ref / ours "
+          "(above 1: ours is faster)", file=sys.stderr)
     if a.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "|".join("---" for _ in head) + "|")

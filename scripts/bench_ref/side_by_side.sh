@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench_learn (braintrace-rs) and bench_learn_ref.py (braintrace 0.2.6) run
+# configuration by configuration, back to back, so that both see the same
+# machine load; then the side-by-side table. Both are pinned to one CPU
+# (taskset for ours, which is single-threaded anyway; the reference pins
+# itself and restricts XLA to one thread).
+#
+#   scripts/bench_ref/side_by_side.sh [OUT_DIR]     (default: target/bench_learn)
+#
+# Environment: BT_PYTHON (default /work/venv-bt/bin/python), CPU (default 0),
+# MODELS, ALGOS, NRECS, BATCHES (space-separated; default the full grid),
+# BENCH_QUICK=1 for a smoke run (hidden 32, batch 4, T 5).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+PY="${BT_PYTHON:-/work/venv-bt/bin/python}"
+OUT="${1:-target/bench_learn}"
+CPU="${CPU:-0}"
+MODELS="${MODELS:-gru lif}"
+ALGOS="${ALGOS:-d_rtrl pp_prop}"
+if [[ -n "${BENCH_QUICK:-}" ]]; then
+    NRECS="${NRECS:-32}" BATCHES="${BATCHES:-4}" T=5
+else
+    NRECS="${NRECS:-128 512}" BATCHES="${BATCHES:-16 64}" T=100
+fi
+PIN=()
+if command -v taskset >/dev/null 2>&1; then
+    PIN=(taskset -c "${CPU}")
+fi
+
+cargo build --release --example bench_learn
+RS=target/release/examples/bench_learn
+mkdir -p "${OUT}"
+: >"${OUT}/rs.jsonl"
+: >"${OUT}/ref.jsonl"
+{
+    date -u +"start %FT%TZ"
+    git rev-parse HEAD
+    uptime
+} >"${OUT}/meta.txt"
+for model in ${MODELS}; do
+    for algo in ${ALGOS}; do
+        for n in ${NRECS}; do
+            for b in ${BATCHES}; do
+                args=(--model "${model}" --algo "${algo}" --n-rec "${n}" --batch "${b}" --T "${T}")
+                echo "== ${args[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+                "${PIN[@]}" "${RS}" "${args[@]}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
+                    echo "braintrace-rs failed: ${args[*]}" >&2
+                "${PY}" scripts/bench_ref/bench_learn_ref.py --cpu "${CPU}" "${args[@]}" \
+                    >>"${OUT}/ref.jsonl" 2>/dev/null ||
+                    echo "reference failed: ${args[*]}" >&2
+            done
+        done
+    done
+done
+{
+    date -u +"end %FT%TZ"
+    uptime
+} >>"${OUT}/meta.txt"
+python3 scripts/bench_compare.py "${OUT}/rs.jsonl" "${OUT}/ref.jsonl"
+python3 scripts/bench_compare.py --markdown "${OUT}/rs.jsonl" "${OUT}/ref.jsonl" >"${OUT}/table.md"
