@@ -29,7 +29,9 @@
 //! sequence (at least 3 steps) is timed and `steps_timed` says so.
 //! `--chunk N` feeds the sequence in `etrace_grad` calls of N steps (state
 //! carries over), so that memory is not dominated by the input sequence
-//! when checking that it is flat in T.
+//! when checking that it is flat in T. `--generic` turns D-RTRL's fused
+//! trace kernels off (`DRtrl::fast_paths(false)`), to compare with the
+//! registered-rule path.
 //!
 //! Output: one JSON line per configuration on stdout as it finishes
 //! (`impl, model, algo, n_in, n_rec, n_out, batch, T, ms_per_step,
@@ -128,6 +130,9 @@ struct Config {
     t: usize,
     /// Steps per `etrace_grad` call (0 = the whole sequence in one call).
     chunk: usize,
+    /// D-RTRL without its fused trace kernels (every relation through its
+    /// registered rules).
+    generic: bool,
 }
 
 struct Args {
@@ -139,17 +144,19 @@ struct Args {
     budget_s: f64,
     runs: usize,
     chunk: usize,
+    generic: bool,
     child: bool,
     in_process: bool,
 }
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
-[--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--in-process]
+[--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
   --chunk N: feed each run's sequence in etrace_grad calls of N steps
              (state carries over; 0 = one call, the default);
+  --generic: D-RTRL without its fused trace kernels (rule path);
   --in-process: run every configuration in this process (for profilers;
                 peak RSS is then cumulative);
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
@@ -175,6 +182,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         budget_s: 20.0,
         runs: 3,
         chunk: 0,
+        generic: false,
         child: false,
         in_process: false,
     };
@@ -202,6 +210,7 @@ fn parse_args() -> std::result::Result<Args, String> {
                     .parse()
                     .map_err(|_| "--chunk: not an unsigned integer".to_string())?
             }
+            "--generic" => a.generic = true,
             "--child" => a.child = true,
             "--in-process" => a.in_process = true,
             // `cargo bench`-style harness flags are ignored.
@@ -240,6 +249,7 @@ fn configs(a: &Args) -> Vec<Config> {
                             batch,
                             t,
                             chunk: a.chunk,
+                            generic: a.generic,
                         });
                     }
                 }
@@ -302,6 +312,9 @@ fn sequences(t: usize, batch: usize, seed: u64) -> Result<(Tensor, Tensor)> {
 /// the on-CPU time in `/proc/self/task/*/schedstat` (nanoseconds). On a
 /// shared machine it is far steadier than wall time.
 fn process_cpu_s() -> Option<f64> {
+    // The kernel brings the running thread's count up to date at scheduler
+    // events; a yield is one, so the reading includes the current slice.
+    std::thread::yield_now();
     let mut ns = 0u64;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path().join("schedstat");
@@ -358,7 +371,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
     let state = ModelState::new(&model, DType::F32, SEED, Some(cfg.batch))?;
     let algo: Algorithm = match cfg.algo.as_str() {
-        "d_rtrl" => DRtrl::default().into(),
+        "d_rtrl" => DRtrl::default().fast_paths(!cfg.generic).into(),
         _ => PpProp::new(PP_DECAY)?.into(),
     };
     let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);
@@ -421,6 +434,7 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "runs": m.runs,
         "first_call_ms": round(m.first_call_ms, 2),
         "chunk": cfg.chunk,
+        "fast_paths": cfg.algo == "d_rtrl" && !cfg.generic,
     }))
 }
 
@@ -434,7 +448,7 @@ fn round(v: f64, digits: i32) -> f64 {
 // ---------------------------------------------------------------------------
 
 fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
-    vec![
+    let mut v: Vec<String> = vec![
         "--child".into(),
         "--model".into(),
         cfg.model.clone(),
@@ -452,7 +466,11 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
         runs.to_string(),
         "--chunk".into(),
         cfg.chunk.to_string(),
-    ]
+    ];
+    if cfg.generic {
+        v.push("--generic".into());
+    }
+    v
 }
 
 /// Run `cfg` in a child process; its JSON line, or why not.
