@@ -52,4 +52,6 @@ mod book {
     mod python_names {}
     #[doc = include_str!("../book/src/internals.md")]
     mod internals {}
+    #[doc = include_str!("../book/src/custom-derivatives.md")]
+    mod custom_derivatives {}
 }

@@ -384,8 +384,10 @@ fn g_formula(s: Surrogate, u: f64) -> f64 {
     match s {
         Surrogate::Arctan { alpha } => alpha / 2.0 / (1.0 + (PI / 2.0 * alpha * u).powi(2)),
         Surrogate::Sigmoid { alpha } => {
-            let sg = 1.0 / (1.0 + (-alpha * u).exp());
-            alpha * sg * (1.0 - sg)
+            // α σ(αu) σ(−αu), both factors computed directly (1 − σ would
+            // lose digits for large |u|).
+            let sg = |z: f64| 1.0 / (1.0 + (-z).exp());
+            alpha * sg(alpha * u) * sg(-alpha * u)
         }
         Surrogate::ReluGrad { alpha, width } => (alpha * width - alpha * u.abs()).max(0.0),
     }

@@ -145,15 +145,11 @@ fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
         Surrogate::Sigmoid { alpha } => {
             let al = c(alpha);
             a.mapv(|x| {
-                let z = al * x;
-                // σ(z) without overflow for large |z|.
-                let s = if z >= zero {
-                    one / (one + (-z).exp())
-                } else {
-                    let e = z.exp();
-                    e / (one + e)
-                };
-                al * s * (one - s)
+                // σ(z)(1 − σ(z)) = e / (1 + e)² with e = exp(−|z|): no
+                // overflow, and no cancellation in 1 − σ for large |z|.
+                let e = (-(al * x).abs()).exp();
+                let d = one + e;
+                al * e / (d * d)
             })
         }
         Surrogate::ReluGrad { alpha, width } => {
@@ -305,5 +301,77 @@ impl Tensor {
     /// `spike(self, surrogate)`: see [`spike`].
     pub fn spike(&self, surrogate: Surrogate) -> Result<Tensor> {
         spike(self, surrogate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::DType;
+
+    fn formula(s: Surrogate, u: f64) -> f64 {
+        match s {
+            Surrogate::Arctan { alpha } => alpha / 2.0 / (1.0 + (PI / 2.0 * alpha * u).powi(2)),
+            Surrogate::Sigmoid { alpha } => {
+                let sg = 1.0 / (1.0 + (-alpha * u).exp());
+                alpha * sg * (1.0 - sg)
+            }
+            Surrogate::ReluGrad { alpha, width } => (alpha * width - alpha * u.abs()).max(0.0),
+        }
+    }
+
+    #[test]
+    fn surrogate_kernel_matches_formula_in_f32_and_f64() {
+        let us = [-3.0, -0.7, -0.1, 0.0, 0.2, 0.95, 40.0, -800.0];
+        for s in [
+            Surrogate::default(),
+            Surrogate::sigmoid(),
+            Surrogate::relu_grad(),
+        ] {
+            let u = Tensor::from_vec(us.to_vec(), &[us.len()]).unwrap();
+            for dt in [DType::F64, DType::F32] {
+                let g = s.grad(&u.cast(dt).unwrap()).unwrap();
+                assert_eq!(g.dtype(), dt);
+                let tol = if dt == DType::F64 { 1e-13 } else { 1e-6 };
+                for (got, &x) in g.to_vec_f64().unwrap().iter().zip(&us) {
+                    let want = formula(s, x);
+                    assert!(
+                        (got - want).abs() <= tol * want.abs().max(1.0),
+                        "{s:?} {dt} at {x}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn surrogate_params_print_and_validate() {
+        assert_eq!(Surrogate::default().describe(), "arctan(alpha=2)");
+        assert_eq!(
+            Surrogate::relu_grad().describe(),
+            "relu_grad(alpha=0.3,width=1)"
+        );
+        assert!(Surrogate::Sigmoid { alpha: -1.0 }
+            .validate("spike")
+            .is_err());
+        assert!(Surrogate::ReluGrad {
+            alpha: 1.0,
+            width: f64::INFINITY
+        }
+        .validate("spike")
+        .is_err());
+        assert!(Surrogate::sigmoid().validate("spike").is_ok());
+    }
+
+    #[test]
+    fn spike_rules_check_arity() {
+        let u = Tensor::scalar(1.0);
+        let p = Spike(Surrogate::default());
+        assert!(p.eval(&[u.clone(), u.clone()]).is_err());
+        assert!(p.jvp(&[], &[]).is_err());
+        assert!(p.batch(&[], &[], 1).is_err());
+        assert!(SurrogateGrad(Surrogate::default())
+            .abstract_eval(&[])
+            .is_err());
     }
 }
