@@ -377,6 +377,36 @@ fn custom_jvp_bad_rules_are_errors() {
     assert!(e.to_string().contains("custom_jvp `square3`"), "{e}");
 }
 
+#[test]
+fn cse_does_not_merge_custom_jvp_calls_with_different_rules() {
+    // Regression: two calls print alike (same name, same primal) but hold
+    // different rules; merging them would give both the first rule.
+    let twice = |k: f64| {
+        CustomJvp::new(
+            "same",
+            |a: &[Tensor]| Ok(vec![a[0].square()?]),
+            move |p: &[Tensor], t: &[Tensor]| {
+                Ok((vec![p[0].square()?], vec![t[0].mul(&p[0])?.mul_scalar(k)?]))
+            },
+        )
+    };
+    let (f3, f5) = (twice(3.0), twice(5.0));
+    let both = |a: &[Tensor]| Ok(vec![f3.call(a)?[0].clone(), f5.call(a)?[0].clone()]);
+    let mut g = make_graph(both, &[x0().aval()]).unwrap();
+    assert_eq!(g.cse(), 0, "nothing merged:\n{g}");
+    assert_eq!(g.primitive_names().len(), 2);
+    // The graph's JVP still uses both rules.
+    let x = x0();
+    let (_, tt) = jvp(
+        |a: &[Tensor]| g.eval(a),
+        std::slice::from_ref(&x),
+        &[x.ones_like()],
+    )
+    .unwrap();
+    assert_eq!(v(&tt[0]), times(&x, 3.0));
+    assert_eq!(v(&tt[1]), times(&x, 5.0));
+}
+
 // ---------------------------------------------------------------- spike
 
 /// The surrogate derivative `g(u)` by its formula, in plain f64.
