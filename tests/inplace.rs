@@ -116,15 +116,17 @@ fn scalar_assign_matches_the_allocating_op() {
     let ops = [
         ScalarOp::Add,
         ScalarOp::Mul,
+        ScalarOp::Div,
         ScalarOp::RSub,
         ScalarOp::RDiv,
         ScalarOp::Pow,
         ScalarOp::Max,
         ScalarOp::Min,
     ];
-    let refs: [fn(f64, f64) -> f64; 7] = [
+    let refs: [fn(f64, f64) -> f64; 8] = [
         |x, s| x + s,
         |x, s| x * s,
+        |x, s| x / s,
         |x, s| s - x,
         |x, s| s / x,
         f64::powf,
