@@ -112,9 +112,18 @@ impl FastTrace {
         let dt = self.data.dtype();
         let contiguous = |t: &Tensor| -> Result<ArrayData> {
             let t = t.cast(dt)?;
+            // Already row-major data is shared, not copied; otherwise one
+            // copy through a flat iterator (ndarray's dynamic-rank
+            // `as_standard_layout` goes element by element).
             Ok(match t.data()? {
-                ArrayData::F32(a) => ArrayData::F32(a.as_standard_layout().into_owned()),
-                ArrayData::F64(a) => ArrayData::F64(a.as_standard_layout().into_owned()),
+                ArrayData::F32(a) if !a.is_standard_layout() => ArrayData::F32(
+                    ndarray::ArrayD::from_shape_vec(a.raw_dim(), a.iter().copied().collect())
+                        .map_err(|e| Error::invalid(op, e.to_string()))?,
+                ),
+                ArrayData::F64(a) if !a.is_standard_layout() => ArrayData::F64(
+                    ndarray::ArrayD::from_shape_vec(a.raw_dim(), a.iter().copied().collect())
+                        .map_err(|e| Error::invalid(op, e.to_string()))?,
+                ),
                 other => other.clone(),
             })
         };
@@ -281,7 +290,9 @@ fn fused<T: Float>(
                     }
                     grow[o] = grow[o] + acc;
                 }
-                cell.copy_from_slice(out);
+                for (c, &v) in cell.iter_mut().zip(out.iter()) {
+                    *c = v;
+                }
             }
         }
     }
