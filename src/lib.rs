@@ -54,4 +54,6 @@ mod book {
     mod internals {}
     #[doc = include_str!("../book/src/custom-derivatives.md")]
     mod custom_derivatives {}
+    #[doc = include_str!("../book/src/training.md")]
+    mod training {}
 }

@@ -1,0 +1,193 @@
+//! Saving and loading path-keyed parameters in the `safetensors` format: one
+//! tensor per parameter key (`rnn/Wz/weight/weight`), little-endian, with
+//! its dtype (`F32`, `F64`, `I64`, `BOOL`) and shape. Files written here open
+//! with any safetensors reader (Python's `safetensors.numpy.load_file`).
+//!
+//! ```
+//! use braintrace_core::learn::ModelState;
+//! use braintrace_core::nn::{io, GruCell};
+//! use braintrace_core::DType;
+//!
+//! let model = GruCell::new("rnn", 2, 3);
+//! let state = ModelState::new(&model, DType::F32, 7, None)?;
+//! let bytes = io::params_to_bytes(&state.params())?;
+//! let mut other = ModelState::new(&model, DType::F32, 8, None)?;
+//! io::load_params_from_bytes(&mut other, &bytes)?;
+//! assert_eq!(other.params()["rnn/Wz/weight/weight"].to_vec_f64()?,
+//!            state.params()["rnn/Wz/weight/weight"].to_vec_f64()?);
+//! # Ok::<(), braintrace_core::Error>(())
+//! ```
+
+use crate::error::{Error, Result};
+use crate::learn::{ModelState, TensorDict};
+use crate::tensor::{ArrayData, Tensor};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use std::path::Path;
+
+fn tensor_bytes(op: &str, key: &str, t: &Tensor) -> Result<(Dtype, Vec<u8>)> {
+    let data = t
+        .data_for(op)
+        .map_err(|e| Error::invalid(op, format!("`{key}`: {e}")))?;
+    Ok(match data {
+        ArrayData::F32(a) => (
+            Dtype::F32,
+            a.as_standard_layout()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        ArrayData::F64(a) => (
+            Dtype::F64,
+            a.as_standard_layout()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        ArrayData::I64(a) => (
+            Dtype::I64,
+            a.as_standard_layout()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        ArrayData::Bool(a) => (
+            Dtype::BOOL,
+            a.as_standard_layout().iter().map(|&v| v as u8).collect(),
+        ),
+    })
+}
+
+/// Serialise tensors keyed by path to safetensors bytes.
+pub fn params_to_bytes(params: &TensorDict) -> Result<Vec<u8>> {
+    const OP: &str = "params_to_bytes";
+    let mut owned = Vec::with_capacity(params.len());
+    for (k, t) in params {
+        let (dt, bytes) = tensor_bytes(OP, k, t)?;
+        owned.push((k.as_str(), dt, t.shape().to_vec(), bytes));
+    }
+    let views = owned
+        .iter()
+        .map(|(k, dt, shape, bytes)| {
+            TensorView::new(*dt, shape.clone(), bytes)
+                .map(|v| (*k, v))
+                .map_err(|e| Error::invalid(OP, format!("`{k}`: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, None).map_err(|e| Error::invalid(OP, e.to_string()))
+}
+
+fn read_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+        .collect()
+}
+
+/// Read tensors keyed by path from safetensors bytes (dtypes `F32`, `F64`,
+/// `I64`, `BOOL`).
+pub fn params_from_bytes(bytes: &[u8]) -> Result<TensorDict> {
+    const OP: &str = "params_from_bytes";
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::invalid(OP, format!("not a safetensors buffer: {e}")))?;
+    let mut out = TensorDict::new();
+    for (name, view) in st.tensors() {
+        let shape = view.shape().to_vec();
+        let data = view.data();
+        let t = match view.dtype() {
+            Dtype::F32 => Tensor::from_vec_typed(read_le(data, f32::from_le_bytes), &shape),
+            Dtype::F64 => Tensor::from_vec_typed(read_le(data, f64::from_le_bytes), &shape),
+            Dtype::I64 => Tensor::from_vec_typed(read_le(data, i64::from_le_bytes), &shape),
+            Dtype::BOOL => Tensor::from_vec_typed(data.iter().map(|&b| b != 0).collect(), &shape),
+            other => {
+                return Err(Error::dtype(
+                    OP,
+                    format!("`{name}` has dtype {other:?}; only F32, F64, I64 and BOOL are read"),
+                ))
+            }
+        }
+        .map_err(|e| Error::invalid(OP, format!("`{name}`: {e}")))?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
+
+/// Write tensors keyed by path to a safetensors file.
+pub fn save_safetensors(path: impl AsRef<Path>, params: &TensorDict) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = params_to_bytes(params)?;
+    std::fs::write(path, bytes).map_err(|e| {
+        Error::invalid(
+            "save_safetensors",
+            format!("cannot write {}: {e}", path.display()),
+        )
+    })
+}
+
+/// Read tensors keyed by path from a safetensors file.
+pub fn load_safetensors(path: impl AsRef<Path>) -> Result<TensorDict> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::invalid(
+            "load_safetensors",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    params_from_bytes(&bytes).map_err(|e| {
+        Error::invalid(
+            "load_safetensors",
+            format!("{}: {}", path.display(), e.root()),
+        )
+    })
+}
+
+/// Save a model state's parameters (not its hidden states) to a file.
+pub fn save_params(state: &ModelState, path: impl AsRef<Path>) -> Result<()> {
+    save_safetensors(path, &state.params())
+}
+
+/// Replace every parameter of `state` with the tensors in `params`: the keys
+/// must be exactly the state's parameter keys and the shapes must match
+/// (values are cast to the state's dtype). Nothing changes on error.
+pub fn load_params_into(state: &mut ModelState, params: &TensorDict) -> Result<()> {
+    let own = state.params();
+    let missing: Vec<&str> = own
+        .keys()
+        .filter(|k| !params.contains_key(*k))
+        .map(String::as_str)
+        .collect();
+    let extra: Vec<&str> = params
+        .keys()
+        .filter(|k| !own.contains_key(*k))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        return Err(Error::invalid(
+            "load_params",
+            format!(
+                "the saved parameters do not match the model: missing [{}], unexpected [{}]",
+                missing.join(", "),
+                extra.join(", ")
+            ),
+        ));
+    }
+    for (k, v) in params {
+        if !v.dtype().is_float() {
+            return Err(Error::dtype(
+                "load_params",
+                format!("parameter `{k}` is {}, expected a float dtype", v.dtype()),
+            ));
+        }
+    }
+    state.set_params(params)
+}
+
+/// Load a model state's parameters from bytes written by [`params_to_bytes`].
+pub fn load_params_from_bytes(state: &mut ModelState, bytes: &[u8]) -> Result<()> {
+    load_params_into(state, &params_from_bytes(bytes)?)
+}
+
+/// Load a model state's parameters from a file written by [`save_params`].
+pub fn load_params(state: &mut ModelState, path: impl AsRef<Path>) -> Result<()> {
+    load_params_into(state, &load_safetensors(path)?)
+}
