@@ -221,6 +221,13 @@ fn clip_grad_norm_scales_to_the_global_norm() {
 }
 
 #[test]
+fn clip_grad_norm_refuses_a_nan_gradient() {
+    let g = dict(&[("a", vec![1.0, f64::NAN], &[2]), ("b", vec![4.0], &[1])]);
+    let e = clip_grad_norm(&g, 1.0).unwrap_err().to_string();
+    assert!(e.contains("clip_grad_norm") && e.contains("NaN"), "{e}");
+}
+
+#[test]
 fn step_updates_a_model_state_in_place() {
     let model = Linear::new("lin", 3, 2);
     let mut state = ModelState::new(&model, DType::F64, 3, None).unwrap();

@@ -247,6 +247,7 @@ impl Optimizer for Adam {
 
 /// Scale all gradients together so that their global L2 norm is at most
 /// `max_norm`; returns the scaled gradients and the norm before scaling.
+/// A NaN or infinite gradient is an error (it would poison every parameter).
 pub fn clip_grad_norm(grads: &TensorDict, max_norm: f64) -> Result<(TensorDict, f64)> {
     if !(max_norm.is_finite() && max_norm > 0.0) {
         return Err(Error::invalid(
@@ -259,7 +260,13 @@ pub fn clip_grad_norm(grads: &TensorDict, max_norm: f64) -> Result<(TensorDict, 
         sq += g.square()?.sum_all()?.item()?;
     }
     let norm = sq.sqrt();
-    if norm <= max_norm || norm == 0.0 {
+    if !norm.is_finite() {
+        return Err(Error::invalid(
+            "clip_grad_norm",
+            format!("the gradients' global norm is {norm} (a gradient holds NaN or infinity)"),
+        ));
+    }
+    if norm <= max_norm {
         return Ok((grads.clone(), norm));
     }
     let s = max_norm / norm;
