@@ -47,9 +47,9 @@
 //! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
 //! T 5).
 
-use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
+use braintrace::learn::{compile, Algorithm, DRtrl, Model, ModelState, PpProp};
 use braintrace::learn::{Learner, Reduction};
-use braintrace::nn::{GruCell, LeakyRateReadout, LifCell, Linear};
+use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
 use braintrace::{DType, Result, Tensor};
 use std::hint::black_box;
 use std::process::Command;
@@ -65,56 +65,20 @@ const SEED: u64 = 0;
 // ---------------------------------------------------------------------------
 
 /// `gru`: GRUCell `rnn` then Linear `out`.
-struct GruNet {
-    rnn: GruCell,
-    out: Linear,
+fn gru_net(n_in: usize, n_rec: usize, n_out: usize) -> Chain<GruCell, Linear> {
+    Chain::new(
+        GruCell::new("rnn", n_in, n_rec),
+        Linear::new("out", n_rec, n_out),
+    )
 }
 
-impl GruNet {
-    fn new(n_in: usize, n_rec: usize, n_out: usize) -> Self {
-        GruNet {
-            rnn: GruCell::new("rnn", n_in, n_rec),
-            out: Linear::new("out", n_rec, n_out),
-        }
-    }
-}
-
-impl Model for GruNet {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.rnn.init(init)?;
-        self.out.init(init)
-    }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let h = self.rnn.step(ctx, x)?;
-        self.out.step(ctx, &h)
-    }
-}
-
-/// `lif`: a LIF cell (states `i`, `v`) then a leaky readout of its spikes.
-struct LifNet {
-    cell: LifCell,
-    readout: LeakyRateReadout,
-}
-
-impl LifNet {
-    fn new(n_in: usize, n_rec: usize, n_out: usize) -> Self {
-        // The golden hyperparameters: β, γ, v_th, readout τ = 5 with dt = 1.
-        LifNet {
-            cell: LifCell::new("", n_in, n_rec, 0.8, 0.6, 1.0),
-            readout: LeakyRateReadout::new("readout", n_rec, n_out, 5.0, 1.0),
-        }
-    }
-}
-
-impl Model for LifNet {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.cell.init(init)?;
-        self.readout.init(init)
-    }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let s = self.cell.step(ctx, x)?;
-        self.readout.step(ctx, &s)
-    }
+/// `lif`: a LIF cell (states `i`, `v`) then a leaky readout of its spikes,
+/// with the golden hyperparameters: β, γ, v_th, readout τ = 5 with dt = 1.
+fn lif_net(n_in: usize, n_rec: usize, n_out: usize) -> Chain<LifCell, LeakyRateReadout> {
+    Chain::new(
+        LifCell::new("", n_in, n_rec, 0.8, 0.6, 1.0),
+        LeakyRateReadout::new("readout", n_rec, n_out, 5.0, 1.0),
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -413,8 +377,8 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
 
 fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Value> {
     let m = match cfg.model.as_str() {
-        "gru" => measure(GruNet::new(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
-        _ => measure(LifNet::new(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        "gru" => measure(gru_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = peak_rss_mb().map_or(serde_json::Value::Null, |r| round(r, 1).into());
     Ok(serde_json::json!({

@@ -10,29 +10,10 @@
 
 mod support;
 
-use braintrace::learn::{Init, Model, StepCtx};
-use braintrace::nn::{GruCell, Linear};
-use braintrace::{Result, Tensor};
+use braintrace::nn::{Chain, GruCell, Linear};
 use clap::Parser;
 use std::process::ExitCode;
 use support::{Algo, Common, Defaults, EvidenceTask};
-
-/// A GRU cell `rnn` and a linear readout `readout` of its hidden state.
-struct GruNet {
-    rnn: GruCell,
-    readout: Linear,
-}
-
-impl Model for GruNet {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.rnn.init(init)?;
-        self.readout.init(init)
-    }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let h = self.rnn.step(ctx, x)?;
-        self.readout.step(ctx, &h)
-    }
-}
 
 /// Train a GRU online on evidence accumulation.
 #[derive(Parser, Debug)]
@@ -74,10 +55,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cfg: &support::Config, task: &EvidenceTask) -> std::result::Result<bool, String> {
-    let model = GruNet {
-        rnn: GruCell::new("rnn", task.n_in(), cfg.hidden),
-        readout: Linear::new("readout", cfg.hidden, task.n_out()),
-    };
+    // A GRU cell `rnn` and a linear readout `readout` of its hidden state.
+    let model = Chain::new(
+        GruCell::new("rnn", task.n_in(), cfg.hidden),
+        Linear::new("readout", cfg.hidden, task.n_out()),
+    );
     println!(
         "evidence accumulation: {} cue steps, {} delay steps, {} go steps; GRU with {} units, {}",
         task.cue_steps,

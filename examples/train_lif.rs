@@ -11,29 +11,10 @@
 
 mod support;
 
-use braintrace::learn::{Init, Model, StepCtx};
-use braintrace::nn::{LeakyRateReadout, LifCell};
-use braintrace::{Result, Tensor};
+use braintrace::nn::{Chain, LeakyRateReadout, LifCell};
 use clap::Parser;
 use std::process::ExitCode;
 use support::{Algo, Common, Defaults, EvidenceTask, SpikeCode};
-
-/// A recurrent LIF layer `lif` and a leaky readout `readout` of its spikes.
-struct LifNet {
-    lif: LifCell,
-    readout: LeakyRateReadout,
-}
-
-impl Model for LifNet {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.lif.init(init)?;
-        self.readout.init(init)
-    }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let s = self.lif.step(ctx, x)?;
-        self.readout.step(ctx, &s)
-    }
-}
 
 /// Train a spiking (LIF) network online on evidence accumulation.
 #[derive(Parser, Debug)]
@@ -80,9 +61,10 @@ fn main() -> ExitCode {
 
 fn run(cfg: &support::Config, task: &EvidenceTask) -> std::result::Result<bool, String> {
     let dt = 1.0;
-    let model = LifNet {
+    // A recurrent LIF layer `lif` and a leaky readout `readout` of its spikes.
+    let model = Chain::new(
         // membrane time constant 20 steps, synaptic current 5 steps, threshold 1
-        lif: LifCell::new(
+        LifCell::new(
             "lif",
             task.n_in(),
             cfg.hidden,
@@ -91,8 +73,8 @@ fn run(cfg: &support::Config, task: &EvidenceTask) -> std::result::Result<bool, 
             1.0,
         ),
         // readout time constant 10 steps
-        readout: LeakyRateReadout::new("readout", cfg.hidden, task.n_out(), 10.0, dt),
-    };
+        LeakyRateReadout::new("readout", cfg.hidden, task.n_out(), 10.0, dt),
+    );
     println!(
         "evidence accumulation in spikes: {} cue steps, {} delay steps, {} go steps, {} input neurons; {} LIF neurons, {}",
         task.cue_steps,

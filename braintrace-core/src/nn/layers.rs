@@ -256,3 +256,32 @@ impl Model for ElementWiseParam {
         self.value(ctx)
     }
 }
+
+/// Two models in sequence: `second` reads what `first` returns (a recurrent
+/// cell followed by its readout). Parameters and hidden states are declared
+/// in that order.
+#[derive(Clone, Debug)]
+pub struct Chain<A, B> {
+    /// The first model (a cell).
+    pub first: A,
+    /// The second model (a readout of the first's output).
+    pub second: B,
+}
+
+impl<A, B> Chain<A, B> {
+    /// `first`, then `second`.
+    pub fn new(first: A, second: B) -> Self {
+        Chain { first, second }
+    }
+}
+
+impl<A: Model, B: Model> Model for Chain<A, B> {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.first.init(init)?;
+        self.second.init(init)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = self.first.step(ctx, x)?;
+        self.second.step(ctx, &h)
+    }
+}

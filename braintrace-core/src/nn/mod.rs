@@ -15,6 +15,6 @@ pub mod optim;
 mod spiking;
 
 pub use init::{Initializer, Rng};
-pub use layers::{ElementWiseParam, GruCell, LeakyRateReadout, Linear};
+pub use layers::{Chain, ElementWiseParam, GruCell, LeakyRateReadout, Linear};
 pub use optim::{clip_grad_norm, Adam, Optimizer, Sgd};
 pub use spiking::{ExpSynapse, LifCell};
