@@ -97,6 +97,8 @@ struct Config {
     /// D-RTRL without its fused trace kernels (every relation through its
     /// registered rules).
     generic: bool,
+    /// Print a per-op profile after the configuration.
+    profile: bool,
 }
 
 struct Args {
@@ -111,10 +113,13 @@ struct Args {
     generic: bool,
     child: bool,
     in_process: bool,
+    profile: bool,
+    no_plan: bool,
 }
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
+       [--profile] [--no-plan]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
@@ -123,6 +128,8 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop
   --generic: D-RTRL without its fused trace kernels (rule path);
   --in-process: run every configuration in this process (for profilers;
                 peak RSS is then cumulative);
+  --profile: with --in-process, print a per-op profile of one more run;
+  --no-plan: run the jitted step programs through the graph interpreter;
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
 
 fn list<T: std::str::FromStr>(flag: &str, v: &str) -> std::result::Result<Vec<T>, String> {
@@ -149,6 +156,8 @@ fn parse_args() -> std::result::Result<Args, String> {
         generic: false,
         child: false,
         in_process: false,
+        profile: false,
+        no_plan: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -177,6 +186,8 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--generic" => a.generic = true,
             "--child" => a.child = true,
             "--in-process" => a.in_process = true,
+            "--profile" => a.profile = true,
+            "--no-plan" => a.no_plan = true,
             // `cargo bench`-style harness flags are ignored.
             "--bench" => {}
             "-h" | "--help" => return Err(USAGE.to_string()),
@@ -192,6 +203,9 @@ fn parse_args() -> std::result::Result<Args, String> {
         if al != "d_rtrl" && al != "pp_prop" {
             return Err(format!("--algo: `{al}` is not d_rtrl or pp_prop"));
         }
+    }
+    if a.profile && !a.in_process {
+        return Err("--profile needs --in-process".into());
     }
     if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) {
         return Err("--n-rec, --batch and --T must be positive".into());
@@ -214,6 +228,7 @@ fn configs(a: &Args) -> Vec<Config> {
                             t,
                             chunk: a.chunk,
                             generic: a.generic,
+                            profile: a.profile,
                         });
                     }
                 }
@@ -365,6 +380,9 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
         spent += tm.cpu.unwrap_or(tm.wall);
     }
     let runs = wall.len();
+    if cfg.profile {
+        print_profile(&mut learner, cfg, steps)?;
+    }
     Ok(Measured {
         ms_per_step: median(&mut wall) * 1e3,
         cpu_ms_per_step: (cpu.len() == runs).then(|| median(&mut cpu) * 1e3),
@@ -373,6 +391,54 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
         first_call_ms: first.wall * 1e3,
         steps_timed: steps,
     })
+}
+
+/// One more run of `steps` steps with the per-op profile on; its table on
+/// stderr.
+fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize) -> Result<()> {
+    use braintrace::graph::profile;
+    profile::reset();
+    profile::set_enabled(true);
+    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99);
+    profile::set_enabled(false);
+    let tm = tm?;
+    let rows = profile::report();
+    let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
+    let per_step = |s: f64| s / steps as f64 * 1e3;
+    eprintln!(
+        "\nprofile: {} {} n_rec {} batch {}, {steps} steps: op time {:.4} ms/step, wall {:.4} ms/step \
+         (cpu {:.4}), {} op rows",
+        cfg.model,
+        cfg.algo,
+        cfg.n_rec,
+        cfg.batch,
+        per_step(total),
+        per_step(tm.wall),
+        tm.cpu.map_or(f64::NAN, per_step),
+        rows.len()
+    );
+    eprintln!(
+        "{:>9} {:>6} {:>9} {:>6}  {:<40} shapes",
+        "us/step", "%", "us/call", "n/step", "op"
+    );
+    for r in rows.iter().take(30) {
+        let t = r.total.as_secs_f64();
+        let op: String = if r.op.chars().count() > 40 {
+            r.op.chars().take(37).chain("...".chars()).collect()
+        } else {
+            r.op.clone()
+        };
+        eprintln!(
+            "{:>9.2} {:>6.1} {:>9.2} {:>6}  {:<40} {}",
+            per_step(t) * 1e3,
+            100.0 * t / total.max(1e-12),
+            t / r.count as f64 * 1e6,
+            r.count / steps as u64,
+            op,
+            r.shapes
+        );
+    }
+    Ok(())
 }
 
 fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Value> {
@@ -433,6 +499,9 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
     ];
     if cfg.generic {
         v.push("--generic".into());
+    }
+    if !braintrace::graph::planned_execution() {
+        v.push("--no-plan".into());
     }
     v
 }
@@ -506,6 +575,9 @@ fn main() {
         }
     };
     let cfgs = configs(&args);
+    if args.no_plan {
+        braintrace::graph::set_planned_execution(false);
+    }
     if args.child {
         // Exactly one configuration, in this process.
         let Some(cfg) = cfgs.first().filter(|_| cfgs.len() == 1) else {

@@ -10,12 +10,16 @@
 mod analysis;
 mod builder;
 mod interpret;
+mod plan;
 mod primitive;
+pub mod profile;
 
 pub use analysis::{Reachable, Slice};
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
-pub use primitive::{LinearArg, Primitive, PrimitiveClone};
+pub(crate) use plan::Plan;
+pub use plan::{planned_execution, set_planned_execution};
+pub use primitive::{Elementwise, LinearArg, Primitive, PrimitiveClone};
 
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};
@@ -300,6 +304,15 @@ impl Graph {
     /// Evaluate the graph on `inputs` through [`bind`] (eagerly, or recorded
     /// into the active trace).
     pub fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if profile::enabled() && !is_tracing() {
+            return self.eval_with(inputs, |eqn, ins| {
+                let t0 = std::time::Instant::now();
+                let outs = bind(eqn.prim.clone(), ins);
+                let shapes = profile::shapes_label(&crate::ops::avals(ins));
+                profile::record(&eqn.prim.name(), &shapes, t0.elapsed());
+                outs
+            });
+        }
         self.eval_with(inputs, |eqn, ins| bind(eqn.prim.clone(), ins))
     }
     /// Evaluate with a custom rule per equation, on tensors (the arguments

@@ -118,6 +118,31 @@ pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
             .collect();
         Some(format!("{}[{}]", self.name(), params.join(" ")))
     }
+    /// The element-wise computation of this primitive, if it is one: a
+    /// single float output of its operands' common shape and dtype, each
+    /// element a function of the operands' elements at the same position
+    /// (operands of one element broadcast). The planned executor behind
+    /// [`crate::Jit`] fuses chains of such equations into one loop over
+    /// blocks of the output. `None` (the default): not element-wise.
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        None
+    }
     /// For downcasting (the ETP layer recognises its own equations).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// An element-wise primitive's kernel on one block of elements (see
+/// [`Primitive::elementwise`]).
+///
+/// `ins` holds one slice per operand, all of the length of `out`; the
+/// kernel must compute exactly what the primitive's `eval` computes for
+/// those elements (the fused executor is checked against it), so that
+/// fusing never changes a result.
+pub trait Elementwise: Send + Sync {
+    /// The number of operands.
+    fn arity(&self) -> usize;
+    /// `out[i] = f(ins[0][i], ins[1][i], ...)` on `f32` elements.
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]);
+    /// `out[i] = f(ins[0][i], ins[1][i], ...)` on `f64` elements.
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]);
 }

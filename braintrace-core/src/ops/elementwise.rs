@@ -3,7 +3,7 @@
 
 use super::{bcast_to_batch, lift, zeros_for};
 use crate::error::{Error, Result};
-use crate::graph::{bind1, LinearArg, Primitive};
+use crate::graph::{bind1, Elementwise, LinearArg, Primitive};
 use crate::tensor::{ArrayData, Aval, DType, Tensor};
 use crate::{map_float, map_float2};
 use ndarray::{ArrayD, Zip};
@@ -174,9 +174,61 @@ fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
     }
 }
 
+/// `op` over one block (the fused executor's kernel); the same element
+/// functions as [`map_unary`].
+fn unary_block<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => {
+            match op {
+                $(UnaryOp::$v => {
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = UnaryOp::$v.apply(x);
+                    }
+                })*
+            }
+        };
+    }
+    arms!(
+        Neg, Exp, Log, Tanh, Sigmoid, Relu, Sqrt, Abs, Sin, Cos, Square, Reciprocal, Softplus,
+        Step, Sign, Atan
+    )
+}
+
+/// `op` over one f32 block, as [`map_unary_f32`].
+fn unary_block_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) {
+    use crate::kernels::fastmath::{exp_f32, sigmoid_f32, tanh_f32};
+    // One loop per function (not a function pointer): each is inlined and
+    // vectorised.
+    macro_rules! run {
+        ($f:expr) => {
+            for (o, &x) in out.iter_mut().zip(a) {
+                *o = $f(x);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Exp => run!(exp_f32),
+        UnaryOp::Sigmoid => run!(sigmoid_f32),
+        UnaryOp::Tanh => run!(tanh_f32),
+        _ => unary_block(op, a, out),
+    }
+}
+
 /// A unary element-wise op.
 #[derive(Clone, Debug)]
 pub struct Unary(pub UnaryOp);
+
+impl Elementwise for Unary {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        unary_block_f32(self.0, ins[0], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        unary_block(self.0, ins[0], out)
+    }
+}
 
 impl Primitive for Unary {
     fn name(&self) -> String {
@@ -246,6 +298,9 @@ impl Primitive for Unary {
         _size: usize,
     ) -> Result<(Vec<Tensor>, Vec<bool>)> {
         Ok((vec![unary(self.0, &args[0])?], vec![batched[0]]))
+    }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -368,6 +423,34 @@ fn zip_binary<T: Float>(op: BinaryOp, a: &ArrayD<T>, b: &ArrayD<T>, shape: &[usi
 /// in the `Tensor` methods before binding).
 #[derive(Clone, Debug)]
 pub struct Binary(pub BinaryOp);
+
+/// `op` over one block (the fused executor's kernel).
+fn binary_block<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => {
+            match op {
+                $(BinaryOp::$v => {
+                    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                        *o = BinaryOp::$v.apply(x, y);
+                    }
+                })*
+            }
+        };
+    }
+    arms!(Add, Sub, Mul, Div, Max, Min, Pow)
+}
+
+impl Elementwise for Binary {
+    fn arity(&self) -> usize {
+        2
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        binary_block(self.0, ins[0], ins[1], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        binary_block(self.0, ins[0], ins[1], out)
+    }
+}
 
 impl Primitive for Binary {
     fn name(&self) -> String {
@@ -515,6 +598,9 @@ impl Primitive for Binary {
         let (a, b) = (align(0)?, align(1)?);
         Ok((vec![binary(self.0, &a, &b)?], vec![true]))
     }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -614,6 +700,36 @@ fn map_scalar<T: Float>(op: ScalarOp, value: f64, a: &ArrayD<T>) -> ArrayD<T> {
     }
 }
 
+/// `op` with a scalar over one block (the fused executor's kernel), as
+/// [`map_scalar`].
+fn scalar_block<T: Float>(op: ScalarOp, value: f64, a: &[T], out: &mut [T]) {
+    let s = T::from(value).unwrap_or_else(T::nan);
+    macro_rules! arms {
+        ($($v:ident),*) => {
+            match op {
+                $(ScalarOp::$v => {
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = ScalarOp::$v.apply(x, s);
+                    }
+                })*
+            }
+        };
+    }
+    arms!(Add, Mul, Div, RSub, RDiv, Pow, Max, Min)
+}
+
+impl Elementwise for Scalar {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        scalar_block(self.op, self.value, ins[0], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        scalar_block(self.op, self.value, ins[0], out)
+    }
+}
+
 impl Primitive for Scalar {
     fn name(&self) -> String {
         self.kernel_name().to_string()
@@ -691,6 +807,9 @@ impl Primitive for Scalar {
             vec![bind1(Arc::new(self.clone()), &args[..1])?],
             vec![batched[0]],
         ))
+    }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
     }
     fn as_any(&self) -> &dyn Any {
         self

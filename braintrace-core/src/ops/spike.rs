@@ -17,7 +17,7 @@
 
 use super::check_arity;
 use crate::error::{Error, Result};
-use crate::graph::{bind1, Primitive};
+use crate::graph::{bind1, Elementwise, Primitive};
 use crate::tensor::{ArrayData, Aval, Tensor};
 use ndarray::ArrayD;
 use num_traits::Float;
@@ -130,33 +130,51 @@ impl Surrogate {
     }
 }
 
-/// `g(u)` element by element; the surrogate is matched once, outside the loop.
+/// Bind `$f` to the element function `g` of surrogate `$s` on `$t` and
+/// run `$body`; the surrogate is matched once, outside any loop in `$body`.
+macro_rules! with_surrogate {
+    ($s:expr, $t:ty, |$f:ident| $body:expr) => {{
+        let c = |v: f64| <$t>::from(v).unwrap_or_else(<$t>::nan);
+        let (one, zero) = (<$t>::one(), <$t>::zero());
+        match $s {
+            Surrogate::Arctan { alpha } => {
+                let (h, k) = (c(alpha / 2.0), c(PI * alpha / 2.0));
+                let $f = |x: $t| {
+                    let z = k * x;
+                    h / (one + z * z)
+                };
+                $body
+            }
+            Surrogate::Sigmoid { alpha } => {
+                let al = c(alpha);
+                let $f = |x: $t| {
+                    // σ(z)(1 − σ(z)) = e / (1 + e)² with e = exp(−|z|): no
+                    // overflow, and no cancellation in 1 − σ for large |z|.
+                    let e = (-(al * x).abs()).exp();
+                    let d = one + e;
+                    al * e / (d * d)
+                };
+                $body
+            }
+            Surrogate::ReluGrad { alpha, width } => {
+                let (al, top) = (c(alpha), c(alpha * width));
+                let $f = |x: $t| (top - al * x.abs()).max(zero);
+                $body
+            }
+        }
+    }};
+}
+
+/// `g(u)` element by element.
 fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
-    let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
-    let (one, zero) = (T::one(), T::zero());
-    match s {
-        Surrogate::Arctan { alpha } => {
-            let (h, k) = (c(alpha / 2.0), c(PI * alpha / 2.0));
-            a.mapv(|x| {
-                let z = k * x;
-                h / (one + z * z)
-            })
-        }
-        Surrogate::Sigmoid { alpha } => {
-            let al = c(alpha);
-            a.mapv(|x| {
-                // σ(z)(1 − σ(z)) = e / (1 + e)² with e = exp(−|z|): no
-                // overflow, and no cancellation in 1 − σ for large |z|.
-                let e = (-(al * x).abs()).exp();
-                let d = one + e;
-                al * e / (d * d)
-            })
-        }
-        Surrogate::ReluGrad { alpha, width } => {
-            let (al, top) = (c(alpha), c(alpha * width));
-            a.mapv(|x| (top - al * x.abs()).max(zero))
-        }
-    }
+    with_surrogate!(s, T, |g| a.mapv(g))
+}
+
+/// `g(u)` over one block (the fused executor's kernel).
+fn surrogate_block<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) {
+    with_surrogate!(s, T, |g| for (o, &x) in out.iter_mut().zip(a) {
+        *o = g(x);
+    })
 }
 
 fn float_operand(op: &str, inputs: &[Aval]) -> Result<Aval> {
@@ -215,6 +233,9 @@ impl Primitive for Spike {
             vec![batched[0]],
         ))
     }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -223,6 +244,30 @@ impl Primitive for Spike {
 /// The surrogate derivative `g(u)` as a primitive (one fused kernel).
 #[derive(Clone, Debug)]
 pub struct SurrogateGrad(pub Surrogate);
+
+impl Elementwise for Spike {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        super::elementwise::Unary(super::UnaryOp::Step).block_f32(ins, out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        super::elementwise::Unary(super::UnaryOp::Step).block_f64(ins, out)
+    }
+}
+
+impl Elementwise for SurrogateGrad {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        surrogate_block(self.0, ins[0], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        surrogate_block(self.0, ins[0], out)
+    }
+}
 
 impl Primitive for SurrogateGrad {
     fn name(&self) -> String {
@@ -274,6 +319,9 @@ impl Primitive for SurrogateGrad {
             vec![bind1(Arc::new(self.clone()), &args[..1])?],
             vec![batched[0]],
         ))
+    }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -1,17 +1,41 @@
 //! `jit`: trace once per distinct input avals, cache the graph, and run the
-//! cached graph afterwards without re-tracing.
+//! cached graph afterwards without re-tracing, through a plan built once
+//! (see `crate::graph::set_planned_execution`): operand slots and last
+//! uses resolved ahead, element-wise chains fused into blocked loops.
 
 use super::make_graph;
 use crate::error::Result;
-use crate::graph::Graph;
+use crate::graph::{Graph, Plan};
 use crate::tensor::{Aval, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// A cached graph with its plan (`None` when it is not planned).
+struct Compiled {
+    graph: Arc<Graph>,
+    plan: Option<Plan>,
+}
+
+impl Compiled {
+    fn new(graph: Arc<Graph>) -> Arc<Compiled> {
+        let plan = Plan::new(graph.clone());
+        Arc::new(Compiled { graph, plan })
+    }
+    fn run(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        match &self.plan {
+            Some(p) if crate::graph::planned_execution() => p.run(args),
+            _ => self.graph.eval(&args),
+        }
+    }
+}
+
 /// A jitted function; call it with [`Jit::call`], or use the closure from [`jit`].
 pub struct Jit<F> {
     f: F,
-    cache: Mutex<HashMap<Vec<Aval>, Arc<Graph>>>,
+    cache: Mutex<HashMap<Vec<Aval>, Arc<Compiled>>>,
+    /// The entry used last: a call with the same avals finds it without
+    /// building a key.
+    last: Mutex<Option<Arc<Compiled>>>,
     traces: std::sync::atomic::AtomicUsize,
 }
 
@@ -24,28 +48,39 @@ where
         Jit {
             f,
             cache: Mutex::new(HashMap::new()),
+            last: Mutex::new(None),
             traces: std::sync::atomic::AtomicUsize::new(0),
         }
     }
     /// Run: trace on the first call with these avals, then reuse the graph.
     pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
-        let key = crate::ops::avals(args);
+        self.call_owned(args.to_vec())
+    }
+    /// [`Jit::call`] taking the arguments by value: an argument whose last
+    /// handle is given here can have its buffer reused by the program.
+    pub fn call_owned(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
         if crate::graph::is_tracing() {
             // Inside another transform's trace, splice in the graph as
             // traced, not lowered: the outer transform must see custom_jvp
             // calls (whose rule lowering would discard) and ETP equations.
             self.traces
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return make_graph(&self.f, &key)?.eval(args);
+            let key = crate::ops::avals(&args);
+            return make_graph(&self.f, &key)?.eval(&args);
         }
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(c) = last.filter(|c| accepts(&c.graph, &args)) {
+            return c.run(args);
+        }
+        let key = crate::ops::avals(&args);
         let cached = self
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .cloned();
-        let g = match cached {
-            Some(g) => g,
+        let c = match cached {
+            Some(c) => c,
             None => {
                 let mut g = make_graph(&self.f, &key)?.lower()?;
                 // Staged programs often compute a value twice (a forward
@@ -59,16 +94,18 @@ where
                 // A graph that captured tracers of an enclosing trace is only
                 // valid inside that trace: use it once, do not cache it.
                 if g.captures_tracers() {
-                    return g.eval(args);
+                    return g.eval(&args);
                 }
+                let c = Compiled::new(g);
                 self.cache
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, g.clone());
-                g
+                    .insert(key, c.clone());
+                c
             }
         };
-        g.eval(args)
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        c.run(args)
     }
     /// How many times the function has been traced.
     pub fn trace_count(&self) -> usize {
@@ -80,8 +117,18 @@ where
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(avals)
-            .cloned()
+            .map(|c| c.graph.clone())
     }
+}
+
+/// Whether `args` have exactly `g`'s input avals (no allocation).
+fn accepts(g: &Graph, args: &[Tensor]) -> bool {
+    let ins = g.invars();
+    args.len() == ins.len()
+        && args.iter().zip(ins).all(|(t, &v)| {
+            let a = g.aval(v);
+            t.dtype() == a.dtype() && t.shape() == a.shape()
+        })
 }
 
 /// Compile `f`: trace once per distinct input avals and cache.
