@@ -457,8 +457,8 @@ where
     if y.is_empty() || cg * k_len == 0 {
         return Ok(y);
     }
-    let xc = x.as_standard_layout();
-    let kc = k.as_standard_layout();
+    let xc = crate::tensor::standard_layout(x);
+    let kc = crate::tensor::standard_layout(k);
     let xs = contiguous(&xc, "x")?;
     let ks = contiguous(&kc, "k")?;
     let plan = build_plan(&dims, geo);
@@ -519,8 +519,8 @@ where
     if dx.is_empty() || ct.is_empty() || cg * k_len == 0 {
         return Ok(dx);
     }
-    let ctc = ct.as_standard_layout();
-    let kc = k.as_standard_layout();
+    let ctc = crate::tensor::standard_layout(ct);
+    let kc = crate::tensor::standard_layout(k);
     let cts = contiguous(&ctc, "ct")?;
     let ks = contiguous(&kc, "k")?;
     let plan = build_plan(&dims, geo);
@@ -584,8 +584,8 @@ where
     if dk.is_empty() || ct.is_empty() || x.is_empty() {
         return Ok(dk);
     }
-    let xc = x.as_standard_layout();
-    let ctc = ct.as_standard_layout();
+    let xc = crate::tensor::standard_layout(x);
+    let ctc = crate::tensor::standard_layout(ct);
     let xs = contiguous(&xc, "x")?;
     let cts = contiguous(&ctc, "ct")?;
     let plan = build_plan(&dims, geo);

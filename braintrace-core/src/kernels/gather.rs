@@ -56,7 +56,7 @@ pub fn take<T: Clone + Zero>(
     crate::tensor::checked_size("take", &out_shape)?;
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    let xc = x.as_standard_layout();
+    let xc = crate::tensor::standard_layout(x);
     let xs = xc
         .as_slice()
         .ok_or_else(|| Error::invalid("take", "internal error: x is not contiguous"))?;
@@ -95,7 +95,7 @@ pub fn scatter_add<T: Clone + Zero + AddAssign>(
     let outer: usize = operand_shape[..axis].iter().product();
     let inner: usize = operand_shape[axis + 1..].iter().product();
     let mut out = super::try_zeros_array::<T>("scatter_add", operand_shape)?;
-    let uc = updates.as_standard_layout();
+    let uc = crate::tensor::standard_layout(updates);
     let us = uc.as_slice().ok_or_else(|| {
         Error::invalid("scatter_add", "internal error: updates are not contiguous")
     })?;

@@ -1,8 +1,10 @@
 //! Plain ndarray kernels used by the core ops' eval rules.
 
+pub(crate) mod broadcast;
 pub mod conv;
 pub mod fastmath;
 pub mod gather;
+pub(crate) mod reduce;
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};

@@ -32,28 +32,31 @@ fn tensor_bytes(op: &str, key: &str, t: &Tensor) -> Result<(Dtype, Vec<u8>)> {
     Ok(match data {
         ArrayData::F32(a) => (
             Dtype::F32,
-            a.as_standard_layout()
+            crate::tensor::standard_layout(a)
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect(),
         ),
         ArrayData::F64(a) => (
             Dtype::F64,
-            a.as_standard_layout()
+            crate::tensor::standard_layout(a)
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect(),
         ),
         ArrayData::I64(a) => (
             Dtype::I64,
-            a.as_standard_layout()
+            crate::tensor::standard_layout(a)
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect(),
         ),
         ArrayData::Bool(a) => (
             Dtype::BOOL,
-            a.as_standard_layout().iter().map(|&v| v as u8).collect(),
+            crate::tensor::standard_layout(a)
+                .iter()
+                .map(|&v| v as u8)
+                .collect(),
         ),
     })
 }

@@ -4,7 +4,8 @@
 use super::{bcast_to_batch, lift, zeros_for};
 use crate::error::{Error, Result};
 use crate::graph::{bind1, Elementwise, LinearArg, Primitive};
-use crate::tensor::{ArrayData, Aval, DType, Tensor};
+use crate::kernels::broadcast::zip_flat;
+use crate::tensor::{map_elements, ArrayData, Aval, DType, Tensor};
 use crate::{map_float, map_float2};
 use ndarray::{ArrayD, Zip};
 use num_traits::Float;
@@ -147,12 +148,13 @@ impl UnaryOp {
 }
 
 /// `op` over every element. The op is matched once, outside the loop, so
-/// each arm's loop is specialised (and vectorised where it can be).
+/// each arm's loop is specialised (and vectorised where it can be): one
+/// loop over the data's memory (see `map_elements`).
 fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
     macro_rules! arms {
         ($($v:ident),*) => {
             match op {
-                $(UnaryOp::$v => a.mapv(|x| UnaryOp::$v.apply(x)),)*
+                $(UnaryOp::$v => map_elements(a, |x| UnaryOp::$v.apply(x)),)*
             }
         };
     }
@@ -167,9 +169,9 @@ fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
 fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
     use crate::kernels::fastmath::{exp_f32, sigmoid_f32, tanh_f32};
     match op {
-        UnaryOp::Exp => a.mapv(exp_f32),
-        UnaryOp::Sigmoid => a.mapv(sigmoid_f32),
-        UnaryOp::Tanh => a.mapv(tanh_f32),
+        UnaryOp::Exp => map_elements(a, exp_f32),
+        UnaryOp::Sigmoid => map_elements(a, sigmoid_f32),
+        UnaryOp::Tanh => map_elements(a, tanh_f32),
         _ => map_unary(op, a),
     }
 }
@@ -365,8 +367,10 @@ fn zip2<T: Float>(
     shape: &[usize],
     f: impl Fn(T, T) -> T,
 ) -> ArrayD<T> {
-    if a.shape() == b.shape() {
-        return Zip::from(a).and(b).map_collect(|&x, &y| f(x, y));
+    // Equal shapes, a scalar, a bias row or a column: flat loops over
+    // row-major data (see `kernels::broadcast`).
+    if let Some(r) = zip_flat(a, b, shape, &f) {
+        return r;
     }
     let sh = ndarray::IxDyn(shape);
     let av = a
@@ -689,14 +693,14 @@ impl ScalarOp {
 fn map_scalar<T: Float>(op: ScalarOp, value: f64, a: &ArrayD<T>) -> ArrayD<T> {
     let s = T::from(value).expect("f64 converts to a float type");
     match op {
-        ScalarOp::Add => a.mapv(|x| x + s),
-        ScalarOp::Mul => a.mapv(|x| x * s),
-        ScalarOp::Div => a.mapv(|x| x / s),
-        ScalarOp::RSub => a.mapv(|x| s - x),
-        ScalarOp::RDiv => a.mapv(|x| s / x),
-        ScalarOp::Pow => a.mapv(|x| x.powf(s)),
-        ScalarOp::Max => a.mapv(|x| x.max(s)),
-        ScalarOp::Min => a.mapv(|x| x.min(s)),
+        ScalarOp::Add => map_elements(a, |x| x + s),
+        ScalarOp::Mul => map_elements(a, |x| x * s),
+        ScalarOp::Div => map_elements(a, |x| x / s),
+        ScalarOp::RSub => map_elements(a, |x| s - x),
+        ScalarOp::RDiv => map_elements(a, |x| s / x),
+        ScalarOp::Pow => map_elements(a, |x| x.powf(s)),
+        ScalarOp::Max => map_elements(a, |x| x.max(s)),
+        ScalarOp::Min => map_elements(a, |x| x.min(s)),
     }
 }
 
@@ -878,19 +882,16 @@ impl Primitive for Compare {
         let avals: Vec<Aval> = inputs.iter().map(Tensor::aval).collect();
         self.abstract_eval(&avals)?;
         let n = self.name();
+        fn cmp<T: Copy + PartialOrd>(c: &Compare, a: &ArrayD<T>, b: &ArrayD<T>) -> ArrayD<bool> {
+            // Equal shapes (checked): one flat loop over row-major data.
+            zip_flat(a, b, a.shape(), |x, y| c.test(x, y))
+                .unwrap_or_else(|| Zip::from(a).and(b).map_collect(|&x, &y| c.test(x, y)))
+        }
         let r = match (inputs[0].data_for(&n)?, inputs[1].data_for(&n)?) {
-            (ArrayData::F32(a), ArrayData::F32(b)) => {
-                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
-            }
-            (ArrayData::F64(a), ArrayData::F64(b)) => {
-                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
-            }
-            (ArrayData::I64(a), ArrayData::I64(b)) => {
-                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
-            }
-            (ArrayData::Bool(a), ArrayData::Bool(b)) => {
-                Zip::from(a).and(b).map_collect(|x, y| self.test(x, y))
-            }
+            (ArrayData::F32(a), ArrayData::F32(b)) => cmp(self, a, b),
+            (ArrayData::F64(a), ArrayData::F64(b)) => cmp(self, a, b),
+            (ArrayData::I64(a), ArrayData::I64(b)) => cmp(self, a, b),
+            (ArrayData::Bool(a), ArrayData::Bool(b)) => cmp(self, a, b),
             _ => unreachable!("dtypes checked equal"),
         };
         Ok(vec![Tensor::from_array(r)])

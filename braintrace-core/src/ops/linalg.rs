@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::graph::{bind1, LinearArg, Primitive};
 use crate::tensor::{ArrayData, Aval, Tensor};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, ArrayD, ArrayView2, Ix2, IxDyn, LinalgScalar};
+use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, LinalgScalar};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -16,27 +16,35 @@ pub struct Matmul;
 
 fn mm_kernel<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>, out_shape: &[usize]) -> ArrayD<T> {
     let r = a.ndim();
-    let (m, k, n) = (a.shape()[r - 2], a.shape()[r - 1], b.shape()[r - 1]);
-    let batch: usize = a.shape()[..r - 2].iter().product();
-    let a = a.as_standard_layout();
-    let b = b.as_standard_layout();
-    let a3 = a
-        .view()
-        .into_shape_with_order((batch, m, k))
-        .expect("standard layout");
-    let b3 = b
-        .view()
-        .into_shape_with_order((batch, k, n))
-        .expect("standard layout");
+    let (m, n) = (a.shape()[r - 2], b.shape()[r - 1]);
+    let lead = &a.shape()[..r - 2];
+    let batch: usize = lead.iter().product();
     let mut out = ndarray::Array3::<T>::zeros((batch, m, n));
     for i in 0..batch {
-        let av: ArrayView2<T> = a3.index_axis(ndarray::Axis(0), i);
-        let bv: ArrayView2<T> = b3.index_axis(ndarray::Axis(0), i);
-        let mut ov = out.index_axis_mut(ndarray::Axis(0), i);
+        // Operands are read where they lie: matrixmultiply takes any
+        // strides, so a transposed or sliced operand is not copied.
+        let (av, bv) = (matrix_at(a, lead, i), matrix_at(b, lead, i));
+        let mut ov = out.index_axis_mut(Axis(0), i);
         general_mat_mul(T::one(), &av, &bv, T::zero(), &mut ov);
     }
     out.into_shape_with_order(IxDyn(out_shape))
         .expect("same size")
+}
+
+/// The matrix at row-major batch index `i` of `x` (leading dims `lead`),
+/// as a strided view.
+fn matrix_at<'a, T>(x: &'a ArrayD<T>, lead: &[usize], mut i: usize) -> ArrayView2<'a, T> {
+    let mut ix = vec![0; lead.len()];
+    for d in (0..lead.len()).rev() {
+        ix[d] = i % lead[d];
+        i /= lead[d];
+    }
+    let mut v = x.view();
+    for k in ix {
+        v.index_axis_inplace(Axis(0), k);
+    }
+    v.into_dimensionality::<Ix2>()
+        .expect("rank 2 after the batch axes")
 }
 
 impl Primitive for Matmul {

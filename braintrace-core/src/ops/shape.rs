@@ -4,8 +4,13 @@
 use super::check_arity;
 use crate::error::{Error, Result};
 use crate::graph::{bind1, LinearArg, Primitive};
-use crate::tensor::{checked_size, ArrayData, Aval, Tensor};
-use ndarray::{Axis, IxDyn, Slice};
+use crate::kernels::broadcast::{broadcast_rows, concat_rows};
+use crate::kernels::reduce::sum_axes;
+use crate::tensor::{
+    checked_size, copy_array, copy_to_vec, row_major, standard_layout, to_standard, ArrayData,
+    Aval, Tensor,
+};
+use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -83,15 +88,12 @@ impl Primitive for Reshape {
         self.abstract_eval(&avals_of(inputs))?;
         let sh = IxDyn(&self.shape);
         let bad = internal("reshape", &self.shape);
+        // `eval` only borrows its operand, so even an operand the
+        // interpreter moved here (its last use) cannot give up its buffer:
+        // one copy, a memcpy for standard data.
         let d = try_map_any!(inputs[0].data_for("reshape")?, |a| {
-            if a.is_standard_layout() {
-                a.clone().into_shape_with_order(sh.clone()).map_err(&bad)
-            } else {
-                a.as_standard_layout()
-                    .into_owned()
-                    .into_shape_with_order(sh.clone())
-                    .map_err(&bad)
-            }
+            let std = standard_layout(a);
+            ArrayD::from_shape_vec(sh.clone(), copy_to_vec(row_major(&std))).map_err(&bad)
         });
         Ok(vec![Tensor::from_data(d)])
     }
@@ -172,8 +174,7 @@ impl Primitive for Transpose {
         // Only the strides are permuted (plus a buffer copy): every kernel
         // accepts non-standard layouts, and matmul reads transposed operands
         // directly, so a gather into standard order here would be wasted.
-        let d = map_any!(inputs[0].data_for("transpose")?, |a| a
-            .clone()
+        let d = map_any!(inputs[0].data_for("transpose")?, |a| copy_array(a)
             .permuted_axes(IxDyn(&self.perm)));
         Ok(vec![Tensor::from_data(d)])
     }
@@ -274,22 +275,12 @@ impl Primitive for BroadcastInDim {
             mid[d] = inputs[0].shape()[i];
         }
         ArrayData::check_alloc("broadcast_to", &self.shape, inputs[0].dtype())?;
-        let sh = IxDyn(&self.shape);
-        let bad = internal("broadcast_to", &self.shape);
-        let d = try_map_any!(inputs[0].data_for("broadcast_in_dim")?, |a| {
-            a.as_standard_layout()
-                .into_owned()
-                .into_shape_with_order(IxDyn(&mid))
-                .map_err(&bad)
-                .and_then(|r| {
-                    r.broadcast(sh.clone())
-                        .map(|b| b.to_owned())
-                        .ok_or_else(|| {
-                            bad(ndarray::ShapeError::from_kind(
-                                ndarray::ErrorKind::IncompatibleShape,
-                            ))
-                        })
-                })
+        // Operand axes keep their order, so its row-major data is also that
+        // of the `mid`-shaped operand; broadcast as repeated rows or
+        // spread elements where it can be (see `kernels::broadcast`).
+        let d = map_any!(inputs[0].data_for("broadcast_in_dim")?, |a| {
+            let std = standard_layout(a);
+            broadcast_rows(row_major(&std), &mid, &self.shape)
         });
         Ok(vec![Tensor::from_data(d)])
     }
@@ -394,11 +385,7 @@ impl Primitive for ReduceSum {
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.abstract_eval(&avals_of(inputs))?;
         let d = crate::map_float!(inputs[0].data_for("sum")?, "sum", |a| {
-            let mut r = a.clone();
-            for &ax in self.axes.iter().rev() {
-                r = r.sum_axis(Axis(ax));
-            }
-            r
+            sum_axes(a, &self.axes)
         })?;
         Ok(vec![Tensor::from_data(d)])
     }
@@ -488,7 +475,7 @@ impl Primitive for SliceOp {
             for i in 0..self.starts.len() {
                 v.slice_axis_inplace(Axis(i), Slice::from(self.starts[i]..self.limits[i]));
             }
-            v.as_standard_layout().into_owned()
+            to_standard(v)
         });
         Ok(vec![Tensor::from_data(d)])
     }
@@ -711,26 +698,28 @@ impl Primitive for Concat {
         Ok(vec![first.with_shape(&out)])
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.abstract_eval(&avals_of(inputs))?;
+        let out = self.abstract_eval(&avals_of(inputs))?.remove(0);
+        ArrayData::check_alloc("concatenate", out.shape(), out.dtype())?;
         let datas = inputs
             .iter()
             .map(|t| t.data_for("concatenate"))
             .collect::<Result<Vec<_>>>()?;
+        // One contiguous row per operand and leading index (ndarray's
+        // `concatenate` builds a result laid out along `axis`, which every
+        // later reshape then has to gather back into row-major order).
         macro_rules! cat {
             ($v:ident) => {{
-                let views: Vec<_> = datas
+                let parts: Vec<_> = datas
                     .iter()
                     .map(|d| {
                         if let ArrayData::$v(a) = d {
-                            a.view()
+                            a
                         } else {
                             unreachable!("dtypes checked")
                         }
                     })
                     .collect();
-                ArrayData::$v(
-                    ndarray::concatenate(Axis(self.axis), &views).expect("shapes checked"),
-                )
+                ArrayData::$v(concat_rows(&parts, self.axis, out.shape()))
             }};
         }
         let d = match datas[0] {

@@ -18,7 +18,7 @@
 use super::check_arity;
 use crate::error::{Error, Result};
 use crate::graph::{bind1, Elementwise, Primitive};
-use crate::tensor::{ArrayData, Aval, Tensor};
+use crate::tensor::{map_elements, ArrayData, Aval, Tensor};
 use ndarray::ArrayD;
 use num_traits::Float;
 use std::any::Any;
@@ -167,7 +167,7 @@ macro_rules! with_surrogate {
 
 /// `g(u)` element by element.
 fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
-    with_surrogate!(s, T, |g| a.mapv(g))
+    with_surrogate!(s, T, |g| map_elements(a, g))
 }
 
 /// `g(u)` over one block (the fused executor's kernel).

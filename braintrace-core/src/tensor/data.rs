@@ -2,6 +2,7 @@
 //! dispatch macros kernels use to be written once for `f32` and `f64`.
 
 use super::dtype::DType;
+use super::layout::{copy_to_vec, map_standard, row_major, standard_layout};
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};
 
@@ -137,13 +138,15 @@ impl ArrayData {
     }
     /// Convert to another dtype.
     pub fn cast(&self, dtype: DType) -> Self {
+        // One pass over row-major data (a no-op copy of the layout when it
+        // is already standard); the result is in standard layout.
         macro_rules! conv {
             ($a:expr, $f:expr) => {
                 match dtype {
-                    DType::F32 => ArrayData::F32($a.mapv(|v| $f(v) as f32)),
-                    DType::F64 => ArrayData::F64($a.mapv(|v| $f(v))),
-                    DType::I64 => ArrayData::I64($a.mapv(|v| $f(v) as i64)),
-                    DType::Bool => ArrayData::Bool($a.mapv(|v| $f(v) != 0.0)),
+                    DType::F32 => ArrayData::F32(map_standard($a, |v| $f(v) as f32)),
+                    DType::F64 => ArrayData::F64(map_standard($a, |v| $f(v))),
+                    DType::I64 => ArrayData::I64(map_standard($a, |v| $f(v) as i64)),
+                    DType::Bool => ArrayData::Bool(map_standard($a, |v| $f(v) != 0.0)),
                 }
             };
         }
@@ -157,10 +160,19 @@ impl ArrayData {
     /// All elements as f64, row-major.
     pub fn to_vec_f64(&self) -> Vec<f64> {
         match self {
-            ArrayData::F32(a) => a.iter().map(|&v| v as f64).collect(),
-            ArrayData::F64(a) => a.iter().copied().collect(),
-            ArrayData::I64(a) => a.iter().map(|&v| v as f64).collect(),
-            ArrayData::Bool(a) => a.iter().map(|&v| if v { 1.0 } else { 0.0 }).collect(),
+            ArrayData::F32(a) => row_major(&standard_layout(a))
+                .iter()
+                .map(|&v| v as f64)
+                .collect(),
+            ArrayData::F64(a) => copy_to_vec(row_major(&standard_layout(a))),
+            ArrayData::I64(a) => row_major(&standard_layout(a))
+                .iter()
+                .map(|&v| v as f64)
+                .collect(),
+            ArrayData::Bool(a) => row_major(&standard_layout(a))
+                .iter()
+                .map(|&v| if v { 1.0 } else { 0.0 })
+                .collect(),
         }
     }
     /// The f64 array, converting from other dtypes.

@@ -5,10 +5,15 @@
 mod data;
 mod dtype;
 mod inplace;
+mod layout;
 
 pub use data::{ArrayData, Element};
 pub use dtype::{checked_size, saturating_size, Aval, DType};
 pub use inplace::ArrayElement;
+pub(crate) use layout::{
+    assign, copy_array, copy_to_vec, extend_copy, into_standard, map_elements, row_major,
+    standard_layout, to_standard,
+};
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};
@@ -189,16 +194,14 @@ impl Tensor {
     /// The array is in standard (row-major, contiguous) layout, whatever
     /// layout the tensor holds internally (a transpose only permutes strides).
     pub fn to_array_f64(&self) -> Result<ArrayD<f64>> {
-        Ok(self
-            .data_for("Tensor::to_array_f64")?
-            .to_f64_array()
-            .as_standard_layout()
-            .into_owned())
+        Ok(into_standard(
+            self.data_for("Tensor::to_array_f64")?.to_f64_array(),
+        ))
     }
     /// The data as an `f32` ndarray (converted if needed), in standard layout.
     pub fn to_array_f32(&self) -> Result<ArrayD<f32>> {
         match self.data_for("Tensor::to_array_f32")?.cast(DType::F32) {
-            ArrayData::F32(a) => Ok(a.as_standard_layout().into_owned()),
+            ArrayData::F32(a) => Ok(into_standard(a)),
             _ => unreachable!("cast to F32 yields F32"),
         }
     }
