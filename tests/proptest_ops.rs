@@ -6,7 +6,7 @@
 //! explicit loops in f64 (and traced/jitted/vmapped calls with the eager one).
 //!
 //! The seed is fixed so a failure reproduces (`BRAINTRACE_PROPTEST_SEED`
-//! picks another); the case counts add up to 18,000 per `cargo test`.
+//! picks another); the case counts add up to 24,000 per `cargo test`.
 
 use braintrace::ops::index::scatter_add;
 use braintrace::ops::shape::broadcast_in_dim;
@@ -914,5 +914,276 @@ proptest! {
                 m.map(|_| ()), p.map(|_| ()), out.is_some()
             ))),
         }
+    }
+}
+
+// ------------------------------------------------------------------ layouts and fast paths
+
+/// A tensor of logical shape `shape` held in a non-standard layout: a
+/// standard tensor of the permuted shape, transposed back. Returns it with
+/// its row-major values, computed here from the base's by explicit index
+/// arithmetic (not through the layout code under test).
+fn strided(shape: &[usize], perm: &[usize], dt: DType, seed: u64) -> (Tensor, Vec<f64>) {
+    let base_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let base = tensor(&base_shape, dt, seed);
+    let bv = vals(&base);
+    // base axis i is logical axis perm[i]: transpose by the inverse.
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    let t = base.transpose(&inv).unwrap();
+    let v = multi_indices(shape)
+        .iter()
+        .map(|ix| {
+            let b: Vec<usize> = perm.iter().map(|&p| ix[p]).collect();
+            bv[offset(&base_shape, &b)]
+        })
+        .collect();
+    (t, v)
+}
+
+/// A permutation of `0..n` from a seed (identity for `seed == 0`).
+fn perm_of(n: usize, seed: u64) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..n).collect();
+    let mut s = seed;
+    for i in (1..n).rev() {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        p.swap(i, (s >> 33) as usize % (i + 1));
+    }
+    p
+}
+
+/// The shape of the second operand of a broadcasting binary op: one of the
+/// kinds the flat kernels recognise (same, scalar, trailing block, leading
+/// block with unit tail) or a random unit mask (the general path).
+fn operand_shape(out: &[usize], kind: usize, cut: usize, mask: u32) -> Vec<usize> {
+    let r = out.len();
+    let cut = cut.min(r);
+    match kind {
+        0 => out.to_vec(),
+        1 => vec![],
+        2 => vec![1; cut],
+        3 => out[cut..].to_vec(),
+        4 => {
+            let mut s = out[..cut].to_vec();
+            s.extend(std::iter::repeat_n(1, r - cut));
+            s
+        }
+        _ => (0..r)
+            .map(|i| if mask >> i & 1 == 1 { 1 } else { out[i] })
+            .collect(),
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1500))]
+
+    /// Binary ops with scalar, bias-row, column and unit-mask broadcasting,
+    /// either operand possibly transposed, agree with an explicit loop.
+    #[test]
+    fn binary_fast_paths_agree_with_a_loop(
+        out in prop::collection::vec(1usize..5, 0..5),
+        kind in 0usize..6,
+        cut in 0usize..5,
+        mask in any::<u32>(),
+        swap in any::<bool>(),
+        pa in any::<u64>(),
+        pb in any::<u64>(),
+        op in 0..BINARY.len(),
+        f32_ in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dt = if f32_ { DType::F32 } else { DType::F64 };
+        let name = BINARY[op];
+        let sb = operand_shape(&out, kind, cut, mask);
+        let (a, av) = strided(&out, &perm_of(out.len(), pa % 3), dt, seed);
+        let (b, bv) = strided(&sb, &perm_of(sb.len(), pb % 3), dt, !seed);
+        let (sa, sb, a, b, av, bv) = if swap {
+            (sb, out.clone(), b, a, bv, av)
+        } else {
+            (out.clone(), sb, a, b, av, bv)
+        };
+        let y = run_all_modes(name, &[a, b], move |t: &[Tensor]| Ok(vec![binary(name, &t[0], &t[1])?]))?;
+        let Some(y) = y else {
+            return Err(TestCaseError::fail(format!("{name} {sa:?} {sb:?} failed")));
+        };
+        let want: Vec<f64> = multi_indices(&out)
+            .iter()
+            .map(|ix| binary_ref(name, bcast_at(&av, &sa, ix), bcast_at(&bv, &sb, ix)))
+            .collect();
+        prop_assert_eq!(y[0].shape(), &out[..]);
+        let tol = if f32_ { 1e-6 } else { 1e-14 };
+        prop_assert!(close(&vals(&y[0]), &want, tol), "{} {:?} {:?}: {:?} vs {:?}", name, sa, sb, vals(&y[0]), want);
+    }
+
+    /// sum over any set of axes (adjacent or not) of inputs with unit axes,
+    /// in standard or transposed layouts, agrees with an explicit loop.
+    #[test]
+    fn sum_of_unit_axes_and_strided_inputs(
+        shape in prop::collection::vec(prop_oneof![2 => Just(1usize), 3 => 1usize..5, 1 => Just(0usize)], 0..6),
+        mask in any::<u32>(),
+        p in any::<u64>(),
+        f32_ in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dt = if f32_ { DType::F32 } else { DType::F64 };
+        let axes: Vec<usize> = (0..shape.len()).filter(|i| mask >> i & 1 == 1).collect();
+        let (x, xv) = strided(&shape, &perm_of(shape.len(), p % 4), dt, seed);
+        let ax = axes.clone();
+        let y = run_all_modes("sum", &[x], move |t: &[Tensor]| Ok(vec![t[0].sum(&ax)?]))?;
+        let Some(y) = y else {
+            return Err(TestCaseError::fail(format!("sum {shape:?} over {axes:?} failed")));
+        };
+        let kept: Vec<usize> = (0..shape.len()).filter(|i| !axes.contains(i)).collect();
+        let out_shape: Vec<usize> = kept.iter().map(|&i| shape[i]).collect();
+        let mut acc = vec![0.0; numel(&out_shape)];
+        for ix in multi_indices(&shape) {
+            let o: Vec<usize> = kept.iter().map(|&i| ix[i]).collect();
+            acc[offset(&out_shape, &o)] += xv[offset(&shape, &ix)];
+        }
+        prop_assert_eq!(y[0].shape(), &out_shape[..]);
+        let tol = if f32_ { 1e-5 } else { 1e-13 };
+        prop_assert!(close(&vals(&y[0]), &acc, tol), "{:?} over {:?}: {:?} vs {:?}", shape, axes, vals(&y[0]), acc);
+    }
+
+    /// Ops on a transposed (non-standard) operand: reshape, unary and
+    /// scalar ops, cast, slice, broadcast_in_dim, concatenate and stack
+    /// (with size-1 parts on the last axis) keep the logical values.
+    #[test]
+    fn ops_on_strided_operands_keep_the_values(
+        shape in prop::collection::vec(1usize..4, 1..5),
+        p in any::<u64>(),
+        which in 0usize..9,
+        axis in 0usize..5,
+        n_parts in 1usize..4,
+        dt in dtype(),
+        seed in any::<u64>(),
+    ) {
+        let perm = perm_of(shape.len(), p % 5 + 1);
+        let (x, xv) = strided(&shape, &perm, dt, seed);
+        let r = shape.len();
+        let axis = axis % (r + 1);
+        let name = ["reshape", "tanh", "mul_scalar", "cast", "slice", "broadcast_in_dim", "concatenate", "stack", "logistic"][which];
+        let float = dt.is_float();
+        if (1..=2).contains(&which) || which == 8 {
+            prop_assume!(float);
+        }
+        let sh = shape.clone();
+        let y = run_all_modes(name, std::slice::from_ref(&x), move |t: &[Tensor]| {
+            let x = &t[0];
+            Ok(vec![match which {
+                0 => x.reshape(&[numel(&sh)])?,
+                1 => x.tanh()?,
+                2 => x.mul_scalar(-2.5)?,
+                3 => x.cast(if float { DType::I64 } else { DType::F64 })?,
+                4 => x.slice(&vec![0; sh.len()], &sh.iter().map(|&d| d.div_ceil(2)).collect::<Vec<_>>())?,
+                5 => {
+                    let mut out = vec![2];
+                    out.extend(&sh);
+                    broadcast_in_dim(x, &out, &(1..=sh.len()).collect::<Vec<_>>())?
+                }
+                6 => {
+                    // Parts of size 1 along the last axis, and x itself.
+                    let last = sh.len() - 1;
+                    let mut parts = vec![x.slice_axis(last, 0, 1)?; n_parts];
+                    parts.push(x.clone());
+                    concat(&parts, last)?
+                }
+                7 => stack(&vec![x.clone(); n_parts], axis)?,
+                _ => x.sigmoid()?,
+            }])
+        })?;
+        let Some(y) = y else {
+            return Err(TestCaseError::fail(format!("{name} on {shape:?} (perm {perm:?}) failed")));
+        };
+        let yv = vals(&y[0]);
+        let want: Vec<f64> = match which {
+            0 => xv.clone(),
+            1 => xv.iter().map(|v| v.tanh()).collect(),
+            2 => xv.iter().map(|v| v * -2.5).collect(),
+            3 => xv.iter().map(|&v| if float { v as i64 as f64 } else { v }).collect(),
+            4 => {
+                let lim: Vec<usize> = shape.iter().map(|&d| d.div_ceil(2)).collect();
+                multi_indices(&lim).iter().map(|ix| xv[offset(&shape, ix)]).collect()
+            }
+            5 => [xv.clone(), xv.clone()].concat(),
+            6 => {
+                let last = r - 1;
+                let mut out = shape.clone();
+                out[last] += n_parts;
+                multi_indices(&out)
+                    .iter()
+                    .map(|ix| {
+                        let mut src = ix.clone();
+                        src[last] = ix[last].saturating_sub(n_parts);
+                        xv[offset(&shape, &src)]
+                    })
+                    .collect()
+            }
+            7 => {
+                let mut out = shape.clone();
+                out.insert(axis, n_parts);
+                multi_indices(&out)
+                    .iter()
+                    .map(|ix| {
+                        let mut src = ix.clone();
+                        src.remove(axis);
+                        xv[offset(&shape, &src)]
+                    })
+                    .collect()
+            }
+            _ => xv.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        };
+        let tol = if dt == DType::F32 { 1e-6 } else { 1e-14 };
+        prop_assert!(close(&yv, &want, tol), "{} on {:?} (perm {:?}): {:?} vs {:?}", name, shape, perm, yv, want);
+    }
+
+    /// Batched matmul with transposed (strided) operands agrees with a loop.
+    #[test]
+    fn batched_matmul_of_strided_operands(
+        batch in prop::collection::vec(1usize..3, 1..3),
+        m in 1usize..4,
+        k in 1usize..4,
+        n in 1usize..4,
+        ta in any::<bool>(),
+        tb in any::<bool>(),
+        f32_ in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dt = if f32_ { DType::F32 } else { DType::F64 };
+        let r = batch.len() + 2;
+        let swap_last = |t: bool| -> Vec<usize> {
+            let mut p: Vec<usize> = (0..r).collect();
+            if t {
+                p.swap(r - 2, r - 1);
+            }
+            p
+        };
+        let mut sa = batch.clone();
+        sa.extend([m, k]);
+        let mut sb = batch.clone();
+        sb.extend([k, n]);
+        let (a, av) = strided(&sa, &swap_last(ta), dt, seed);
+        let (b, bv) = strided(&sb, &swap_last(tb), dt, !seed);
+        let y = run_all_modes("matmul", &[a, b], |t: &[Tensor]| Ok(vec![t[0].matmul(&t[1])?]))?;
+        let Some(y) = y else {
+            return Err(TestCaseError::fail(format!("matmul {sa:?} @ {sb:?} failed")));
+        };
+        let nb = numel(&batch);
+        let mut want = vec![0.0; nb * m * n];
+        for q in 0..nb {
+            for i in 0..m {
+                for j in 0..n {
+                    for l in 0..k {
+                        want[(q * m + i) * n + j] += av[(q * m + i) * k + l] * bv[(q * k + l) * n + j];
+                    }
+                }
+            }
+        }
+        let tol = if f32_ { 1e-5 } else { 1e-13 };
+        prop_assert!(close(&vals(&y[0]), &want, tol));
     }
 }
