@@ -115,11 +115,12 @@ struct Args {
     in_process: bool,
     profile: bool,
     no_plan: bool,
+    threads: usize,
 }
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
-       [--profile] [--no-plan]
+       [--profile] [--no-plan] [--threads 1]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
@@ -130,6 +131,9 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop
                 peak RSS is then cumulative);
   --profile: with --in-process, print a per-op profile of one more run;
   --no-plan: run the jitted step programs through the graph interpreter;
+  --threads N: threads for the fused trace kernels and the matrix
+               products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
+               default 1, to compare with a reference pinned to one core);
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
 
 fn list<T: std::str::FromStr>(flag: &str, v: &str) -> std::result::Result<Vec<T>, String> {
@@ -158,6 +162,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         in_process: false,
         profile: false,
         no_plan: false,
+        threads: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -183,6 +188,11 @@ fn parse_args() -> std::result::Result<Args, String> {
                     .parse()
                     .map_err(|_| "--chunk: not an unsigned integer".to_string())?
             }
+            "--threads" => {
+                a.threads = value()?
+                    .parse()
+                    .map_err(|_| "--threads: not an unsigned integer".to_string())?
+            }
             "--generic" => a.generic = true,
             "--child" => a.child = true,
             "--in-process" => a.in_process = true,
@@ -207,8 +217,8 @@ fn parse_args() -> std::result::Result<Args, String> {
     if a.profile && !a.in_process {
         return Err("--profile needs --in-process".into());
     }
-    if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) {
-        return Err("--n-rec, --batch and --T must be positive".into());
+    if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) || a.threads == 0 {
+        return Err("--n-rec, --batch and --T, --threads must be positive".into());
     }
     Ok(a)
 }
@@ -465,6 +475,7 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "first_call_ms": round(m.first_call_ms, 2),
         "chunk": cfg.chunk,
         "fast_paths": cfg.algo == "d_rtrl" && !cfg.generic,
+        "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()),
     }))
 }
 
@@ -574,6 +585,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if !args.child {
+        // Before any thread pool exists; child processes inherit them.
+        std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+        std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
+    }
     let cfgs = configs(&args);
     if args.no_plan {
         braintrace::graph::set_planned_execution(false);

@@ -51,8 +51,18 @@ pub(crate) struct FastTrace {
     pub grad: ArrayData,
 }
 
+/// Zeros, allocated lazily by the OS (`calloc`): a large trace costs
+/// nothing until the first step writes it.
 fn zeros(dtype: DType, shape: &[usize]) -> Result<ArrayData> {
-    Ok(Tensor::zeros(shape, dtype).data()?.clone())
+    let dim = ndarray::IxDyn(shape);
+    match dtype {
+        DType::F32 => Ok(ArrayData::F32(ndarray::ArrayD::zeros(dim))),
+        DType::F64 => Ok(ArrayData::F64(ndarray::ArrayD::zeros(dim))),
+        other => Err(Error::dtype(
+            "D-RTRL fused dense kernel",
+            format!("traces must be f32 or f64, got {other:?}"),
+        )),
+    }
 }
 
 impl FastTrace {
@@ -70,8 +80,16 @@ impl FastTrace {
     }
     /// Zero the trace.
     pub(crate) fn reset(&mut self) -> Result<()> {
-        let shape = self.data.shape().to_vec();
-        self.data = zeros(self.data.dtype(), &shape)?;
+        match &mut self.data {
+            ArrayData::F32(a) => a.fill(0.0),
+            ArrayData::F64(a) => a.fill(0.0),
+            _ => {
+                return Err(Error::dtype(
+                    "D-RTRL fused dense kernel",
+                    "traces must be f32 or f64",
+                ))
+            }
+        }
         Ok(())
     }
     /// The trace as a tensor (a copy) in the public layout `(B?, I?, O, S)`.

@@ -267,11 +267,11 @@ impl<M: Model> Learner<M> {
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
         let (out, h, tr, fin) = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
-        let mut fast = self.fast.clone();
-        Self::run_fast(&mut fast, &fin, None, Solve::None)?;
+        // The forward program (where errors surface) has run; the fused
+        // kernels then update the learner's traces in place.
+        Self::run_fast(&mut self.fast, &fin, None, Solve::None)?;
         self.state.replace_hidden(h);
         self.traces = tr;
-        self.fast = fast;
         self.running_index += 1;
         Ok(out)
     }
@@ -280,7 +280,15 @@ impl<M: Model> Learner<M> {
     /// on `xs[t]` and add the eligibility-trace gradient of
     /// `loss(output, ys[t])`; reduce over time by `reduction`. Hidden states,
     /// traces and the step counter continue from their current values (as in
-    /// braintrace); on error nothing is changed.
+    /// braintrace).
+    ///
+    /// Errors: an error in the first step leaves the learner unchanged —
+    /// that is where shape, dtype and loss errors surface, since the step
+    /// program is traced there. The traces are updated in place (they can be
+    /// hundreds of megabytes; no copy is made), so an error in a later step
+    /// (possible only from a value-dependent operation inside `loss`) leaves
+    /// the learner at the last completed step: hidden states, traces and the
+    /// step counter agree, and the gradients of that call are dropped.
     ///
     /// `xs` and `ys` are time-major: `(T, *input)` and `(T, *target)`.
     pub fn etrace_grad<L>(
@@ -322,9 +330,9 @@ impl<M: Model> Learner<M> {
         });
         let mut hidden = self.state.hidden_values().to_vec();
         let mut traces = self.traces.clone();
-        // The fused kernels update in place: work on a copy so that an error
-        // leaves the learner unchanged.
-        let mut fast = self.fast.clone();
+        // The fused kernels update the learner's traces in place (see the
+        // error contract above).
+        let mut fast = std::mem::take(&mut self.fast);
         for f in &mut fast {
             for (_, t) in &mut f.leaves {
                 t.take_grad()?;
@@ -337,36 +345,55 @@ impl<M: Model> Learner<M> {
         let mut sums: Vec<Option<Tensor>> = vec![None; np];
         let mut losses = Vec::with_capacity(t_len);
         let dtype = self.state.dtype();
-        for t in 0..t_len {
-            let n = self.running_index + t;
-            let x = xs.index_axis0(t)?.cast(dtype)?;
-            let y = ys.index_axis0(t)?.cast(dtype)?;
-            let c = match &self.program.algo {
-                Algorithm::PpProp(pp) => pp.correction(n),
-                Algorithm::DRtrl(_) => 1.0,
-            };
-            let c = Tensor::scalar(c).cast(dtype)?;
-            let mut args = self.state.param_values().to_vec();
-            args.extend_from_slice(&hidden);
-            args.extend([x, y, c]);
-            args.extend_from_slice(&traces);
-            let mut outs = step_fn.call(&args)?;
-            let rest = outs.split_off(nh);
-            let new_h = outs;
-            let (new_tr, rest) = rest.split_at(nt);
-            let (fin, rest) = rest.split_at(nfin);
-            let (loss_t, rest) = rest.split_first().expect("the step program returns a loss");
-            let (grads_t, signals) = rest.split_at(np);
-            losses.push(loss_t.clone());
-            Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
-            for (s, g) in sums.iter_mut().zip(grads_t) {
-                *s = Some(match s.take() {
-                    Some(a) => a.add(g)?,
-                    None => g.clone(),
-                });
+        let mut done = 0;
+        let outcome = (|| -> Result<()> {
+            for t in 0..t_len {
+                let n = self.running_index + t;
+                let x = xs.index_axis0(t)?.cast(dtype)?;
+                let y = ys.index_axis0(t)?.cast(dtype)?;
+                let c = match &self.program.algo {
+                    Algorithm::PpProp(pp) => pp.correction(n),
+                    Algorithm::DRtrl(_) => 1.0,
+                };
+                let c = Tensor::scalar(c).cast(dtype)?;
+                let mut args = self.state.param_values().to_vec();
+                args.extend_from_slice(&hidden);
+                args.extend([x, y, c]);
+                args.extend_from_slice(&traces);
+                let mut outs = step_fn.call(&args)?;
+                let rest = outs.split_off(nh);
+                let new_h = outs;
+                let (new_tr, rest) = rest.split_at(nt);
+                let (fin, rest) = rest.split_at(nfin);
+                let (loss_t, rest) = rest.split_first().expect("the step program returns a loss");
+                let (grads_t, signals) = rest.split_at(np);
+                losses.push(loss_t.clone());
+                Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
+                for (s, g) in sums.iter_mut().zip(grads_t) {
+                    *s = Some(match s.take() {
+                        Some(a) => a.add(g)?,
+                        None => g.clone(),
+                    });
+                }
+                hidden = new_h;
+                traces = new_tr.to_vec();
+                done = t + 1;
             }
-            hidden = new_h;
-            traces = new_tr.to_vec();
+            Ok(())
+        })();
+        if let Err(e) = outcome {
+            // Keep the completed steps (hidden states, traces and counter
+            // agree); drop this call's gradients.
+            for f in &mut fast {
+                for (_, t) in &mut f.leaves {
+                    t.take_grad()?;
+                }
+            }
+            self.state.replace_hidden(hidden);
+            self.traces = traces;
+            self.fast = fast;
+            self.running_index += done;
+            return Err(e);
         }
         for f in &mut fast {
             for (p, t) in &mut f.leaves {
