@@ -95,10 +95,14 @@ impl ArrayData {
             return Err(too_big());
         }
         fn zeros<T: Clone + Default>(n: usize, shape: &[usize]) -> Option<ArrayD<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).ok()?;
-            v.resize(n, T::default());
-            ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+            // Try the reservation first (a refusal is an error, not an
+            // abort), give it back, then take zeroed memory from the
+            // allocator (`calloc`: the OS hands out zero pages lazily, so a
+            // large trace costs nothing until it is written).
+            let mut probe: Vec<T> = Vec::new();
+            probe.try_reserve_exact(n).ok()?;
+            drop(probe);
+            ArrayD::from_shape_vec(IxDyn(shape), vec![T::default(); n]).ok()
         }
         match dtype {
             DType::F32 => zeros(n, shape).map(ArrayData::F32),
