@@ -209,6 +209,7 @@ impl FastTrace {
                     gs,
                     solve,
                     threads,
+                    0,
                 );
             }
             (ArrayData::F64(e), ArrayData::F64(gr), ArrayData::F64(d), ArrayData::F64(df)) => {
@@ -224,6 +225,7 @@ impl FastTrace {
                     gs,
                     solve,
                     threads,
+                    0,
                 );
             }
             _ => return Err(Error::dtype(op, "traces must be f32 or f64")),
@@ -304,6 +306,7 @@ fn fused<T: Float + Send + Sync>(
     g: Option<&[T]>,
     solve: Solve,
     threads: usize,
+    tile: usize,
 ) {
     let Dims {
         batch,
@@ -329,6 +332,11 @@ fn fused<T: Float + Send + Sync>(
     let ctx = Ctx {
         dims,
         rows_per,
+        tile: if tile == 0 {
+            tile_rows(no, std::mem::size_of::<T>())
+        } else {
+            tile
+        },
         x,
         d,
         df,
@@ -352,6 +360,7 @@ fn fused<T: Float + Send + Sync>(
 struct Ctx<'a, T> {
     dims: Dims,
     rows_per: usize,
+    tile: usize,
     x: Option<&'a [T]>,
     d: &'a [T],
     df: &'a [T],
@@ -380,30 +389,45 @@ fn block_avx2<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &
     block_body(ctx, k, part, grad);
 }
 
+/// Gradient rows per tile: the tile's rows of the gradient (at most about
+/// 64 KiB) stay in cache while every sample's trace rows of the tile stream
+/// through once.
+fn tile_rows(no: usize, elem: usize) -> usize {
+    (65536 / (no * elem).max(1)).max(1)
+}
+
 #[inline(always)]
-fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
+fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, grad: &mut [T]) {
     let Dims {
         i: ni, o: no, s, ..
     } = ctx.dims;
     let (x, d, df, g, solve) = (ctx.x, ctx.d, ctx.df, ctx.g, ctx.solve);
     let row_len = no * s;
     let i0 = k * ctx.rows_per;
-    for (b, piece) in part.into_iter().enumerate() {
-        let db = &d[b * no * s * s..(b + 1) * no * s * s];
-        let dfb = &df[b * no * s..(b + 1) * no * s];
-        let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
-        for (ii, (row, grow)) in piece
-            .chunks_exact_mut(row_len)
-            .zip(grad.chunks_exact_mut(no))
-            .enumerate()
-        {
-            let xi = x.map(|x| x[b * ni + i0 + ii]).unwrap_or_else(T::one);
-            match s {
-                1 => row1(row, grow, xi, db, dfb, gb, solve),
-                2 => row2(row, grow, xi, db, dfb, gb, solve),
-                _ => row_any(s, row, grow, xi, db, dfb, gb, solve),
+    let rows = grad.len() / no;
+    let tile = ctx.tile.max(1);
+    let mut t0 = 0;
+    while t0 < rows {
+        let t1 = (t0 + tile).min(rows);
+        let gtile = &mut grad[t0 * no..t1 * no];
+        for (b, piece) in part.iter_mut().enumerate() {
+            let db = &d[b * no * s * s..(b + 1) * no * s * s];
+            let dfb = &df[b * no * s..(b + 1) * no * s];
+            let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
+            for (ii, (row, grow)) in piece[t0 * row_len..t1 * row_len]
+                .chunks_exact_mut(row_len)
+                .zip(gtile.chunks_exact_mut(no))
+                .enumerate()
+            {
+                let xi = x.map(|x| x[b * ni + i0 + t0 + ii]).unwrap_or_else(T::one);
+                match s {
+                    1 => row1(row, grow, xi, db, dfb, gb, solve),
+                    2 => row2(row, grow, xi, db, dfb, gb, solve),
+                    _ => row_any(s, row, grow, xi, db, dfb, gb, solve),
+                }
             }
         }
+        t0 = t1;
     }
 }
 
@@ -626,15 +650,26 @@ mod tests {
                 let xo = has_x.then_some(&x[..]);
                 let (mut er, mut gr) = (e0.clone(), g0.clone());
                 reference(dims, &mut er, &mut gr, xo, &d, &df, &g, solve);
-                for threads in [1, 2, 3, 4, 8] {
+                for (threads, tile) in [(1, 0), (2, 0), (3, 1), (4, 2), (8, 0), (1, 3)] {
                     let (mut e, mut gk) = (e0.clone(), g0.clone());
                     pool.install(|| {
-                        fused(dims, &mut e, &mut gk, xo, &d, &df, Some(&g), solve, threads)
+                        fused(
+                            dims,
+                            &mut e,
+                            &mut gk,
+                            xo,
+                            &d,
+                            &df,
+                            Some(&g),
+                            solve,
+                            threads,
+                            tile,
+                        )
                     });
                     for (a, b) in e.iter().zip(&er).chain(gk.iter().zip(&gr)) {
                         assert!(
                             (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
-                            "{dims:?} {solve:?} threads {threads}: {a} vs {b}"
+                            "{dims:?} {solve:?} threads {threads} tile {tile}: {a} vs {b}"
                         );
                     }
                 }
