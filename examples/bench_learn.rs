@@ -218,7 +218,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         return Err("--profile needs --in-process".into());
     }
     if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) || a.threads == 0 {
-        return Err("--n-rec, --batch and --T, --threads must be positive".into());
+        return Err("--n-rec, --batch, --T and --threads must be positive".into());
     }
     Ok(a)
 }
