@@ -609,6 +609,16 @@ fn fast_vs_generic<M: Model, F: Fn() -> M>(
 }
 
 #[test]
+fn the_builtin_fused_kernels_are_registered() {
+    let names: Vec<&str> = braintrace::learn::fused_kernels()
+        .map(|k| k.primitive)
+        .collect();
+    for p in ["etp_mm", "etp_mv", "etp_elemwise"] {
+        assert!(names.contains(&p), "{p} not in {names:?}");
+    }
+}
+
+#[test]
 fn fused_dense_kernels_equal_the_rule_path() {
     for (seed, (n_in, n_rec, n_out, b)) in [(3, 5, 2, 2), (4, 7, 3, 3), (2, 3, 1, 1)]
         .into_iter()
@@ -634,6 +644,15 @@ fn fused_dense_kernels_equal_the_rule_path() {
                 base,
                 seed,
             );
+        }
+        // etp_elemwise: fused without weight_fn, the rules with one.
+        for make in [DiagNet::identity, DiagNet::new] {
+            for base in [
+                DRtrl::default(),
+                DRtrl::default().vjp_method(VjpMethod::MultiStep),
+            ] {
+                fast_vs_generic(|| make(n_in, n_rec), Some(b), &[b, n_in], base, seed);
+            }
         }
         // Unbatched: etp_mv.
         let op = || -> Op {

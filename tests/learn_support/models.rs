@@ -125,6 +125,13 @@ impl DiagNet {
             decay: ElementWiseParam::new("decay_raw", &[n_rec], ElemFn::builtin("sigmoid")),
         }
     }
+    /// The decay as a raw parameter (`etp_elemwise` without `weight_fn`).
+    pub fn identity(n_in: usize, n_rec: usize) -> Self {
+        DiagNet {
+            inp: Linear::new("inp", n_in, n_rec),
+            decay: ElementWiseParam::new("decay_raw", &[n_rec], None),
+        }
+    }
 }
 
 impl Model for DiagNet {

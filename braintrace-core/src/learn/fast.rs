@@ -17,8 +17,9 @@
 
 use crate::error::{Error, Result};
 use crate::etp::{ParamValue, Params};
-use crate::tensor::{ArrayData, DType, Tensor};
+use crate::tensor::{ArrayData, Aval, DType, Tensor};
 use num_traits::Float;
+use std::collections::BTreeMap;
 
 /// When, relative to the trace update, the gradient is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +32,112 @@ pub(crate) enum Solve {
     Before,
 }
 
-/// Whether the dense fast path applies to an equation of `name` with `params`.
-pub(crate) fn applies(name: &str, params: &Params) -> bool {
-    let no_hook = |k: &str| matches!(params.raw(k), None | Some(ParamValue::None));
-    matches!(name, "etp_mm" | "etp_mv") && no_hook("weight_fn") && no_hook("bias_fn")
+/// What a fused D-RTRL trace kernel computes; the kernel must equal the
+/// primitive's registered rules (`yw_to_w`, `xy_to_dw` and the solve) for
+/// every equation it [applies](FusedKernel::applies) to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FusedKind {
+    /// Traces on the output axis, as a dense product `y = x @ W + b` or an
+    /// element-wise weight `y = w` has them: the `weight` trace of a
+    /// primitive with an input is `(B?, I, O, S)` with
+    /// `ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a]`, and its
+    /// gradient `∇[i,o] += Σ_{b,a} g[b,o,a] ε[b,i,o,a]`; every other trace
+    /// (a bias, or the weight of a primitive without input) is `(B?, O, S)`
+    /// with `x = 1` and the gradient shaped `(O,)`. The parameters must have
+    /// exactly these shapes (checked at compile: a learner runs the rules
+    /// for an equation whose shapes differ).
+    Dense,
+}
+
+/// A fused, in-place D-RTRL trace kernel registered for an ETP primitive,
+/// beside its four rules. The learner runs it instead of the rules (one
+/// pass over each trace per step, on buffers it owns) for the equations
+/// `applies` accepts, when [`DRtrl::fast_paths`](super::DRtrl::fast_paths)
+/// is on; every other equation runs through the rules — still correct,
+/// just slower.
+///
+/// The built-in entries: `etp_mm` and `etp_mv` without weight or bias
+/// transforms, `etp_elemwise` without `weight_fn`. A library registers its
+/// own with [`inventory`]-style submission:
+///
+/// ```
+/// use braintrace_core::learn::{FusedKernel, FusedKind};
+/// braintrace_core::__private::inventory::submit! {
+///     FusedKernel { primitive: "my_dense", kind: FusedKind::Dense, applies: |_| true }
+/// }
+/// assert!(braintrace_core::learn::fused_kernels().any(|k| k.primitive == "my_dense"));
+/// ```
+///
+/// Check a new entry against the rule path with `fast_paths(false)`: both
+/// must give the same gradients and traces to rounding.
+#[derive(Debug)]
+pub struct FusedKernel {
+    /// The primitive's registered name.
+    pub primitive: &'static str,
+    /// What the kernel computes.
+    pub kind: FusedKind,
+    /// Whether the kernel equals the rules for an equation with these
+    /// parameters (e.g. only without a weight transform).
+    pub applies: fn(&Params) -> bool,
+}
+
+inventory::collect!(FusedKernel);
+
+/// Every registered fused kernel.
+pub fn fused_kernels() -> impl Iterator<Item = &'static FusedKernel> {
+    inventory::iter::<FusedKernel>.into_iter()
+}
+
+fn no_hooks(params: &Params) -> bool {
+    let none = |k: &str| matches!(params.raw(k), None | Some(ParamValue::None));
+    none("weight_fn") && none("bias_fn")
+}
+
+inventory::submit! { FusedKernel { primitive: "etp_mm", kind: FusedKind::Dense, applies: no_hooks } }
+inventory::submit! { FusedKernel { primitive: "etp_mv", kind: FusedKind::Dense, applies: no_hooks } }
+inventory::submit! { FusedKernel { primitive: "etp_elemwise", kind: FusedKind::Dense, applies: no_hooks } }
+
+/// Whether the traces and parameters of a relation have the shapes `kind`
+/// is written for (`vs`: the hidden group's shape, batch included; `keys`:
+/// the trace avals by trainable; `weights`: the parameter avals).
+pub(crate) fn shapes_fit(
+    kind: FusedKind,
+    x: Option<&Aval>,
+    vs: &[usize],
+    s: usize,
+    keys: &[(String, Aval)],
+    weights: &BTreeMap<String, Aval>,
+) -> bool {
+    match kind {
+        FusedKind::Dense => {
+            let Some((&o, lead)) = vs.split_last() else {
+                return false;
+            };
+            keys.iter().all(|(k, trace)| {
+                let Some(w) = weights.get(k) else {
+                    return false;
+                };
+                match x.filter(|_| k == "weight") {
+                    Some(x) => {
+                        let Some((&i, xlead)) = x.shape().split_last() else {
+                            return false;
+                        };
+                        let want = [lead, &[i, o, s]].concat();
+                        xlead == lead && w.shape() == [i, o] && trace.shape() == want
+                    }
+                    None => w.shape() == [o] && trace.shape() == [vs, &[s]].concat(),
+                }
+            })
+        }
+    }
+}
+
+/// The fused kernel registered for an equation of `name` with `params`.
+pub(crate) fn kernel_for(name: &str, params: &Params) -> Option<FusedKind> {
+    fused_kernels()
+        .find(|k| k.primitive == name && (k.applies)(params))
+        .map(|k| k.kind)
 }
 
 /// A learner-owned trace buffer of one trainable of a fast pair.

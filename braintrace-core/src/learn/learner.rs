@@ -101,7 +101,12 @@ pub fn compile<M: Model>(
             let pshape = state.param_values()[t.param].shape().to_vec();
             leaves.push((
                 t.param,
-                FastTrace::new(key == "weight", aval.shape(), &pshape, aval.dtype())?,
+                FastTrace::new(
+                    key == "weight" && rel.x_var.is_some(),
+                    aval.shape(),
+                    &pshape,
+                    aval.dtype(),
+                )?,
             ));
         }
         fast.push(FastPair {

@@ -31,6 +31,7 @@ pub use algorithm::{rank_decay, Algorithm, DRtrl, NonTemporal, PpProp, Reduction
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
+pub use fast::{fused_kernels, FusedKernel, FusedKind};
 pub use learner::{compile, EtraceGrads, Learner};
 pub use state::{
     join_path, step_values, HiddenInfo, Init, Model, ModelState, ParamInfo, StepCtx, TensorDict,

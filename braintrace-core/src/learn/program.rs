@@ -196,12 +196,12 @@ impl Program {
                     rel: r.index,
                     group: gi,
                 });
-                fast.push(match algo {
-                    Algorithm::DRtrl(d) => {
-                        d.fast_paths && super::fast::applies(r.primitive.name(), &r.params)
+                let kernel = match algo {
+                    Algorithm::DRtrl(d) if d.fast_paths => {
+                        super::fast::kernel_for(r.primitive.name(), &r.params)
                     }
-                    Algorithm::PpProp(_) => false,
-                });
+                    _ => None,
+                };
                 let y = g.aval(r.y_var).clone();
                 let weights: BTreeMap<String, Aval> = r
                     .trainables
@@ -216,7 +216,7 @@ impl Program {
                         let init =
                             r.primitive
                                 .init_drtrl(xa.as_ref(), &y, &weights, s, &r.params)?;
-                        let keys = init
+                        let keys: Vec<(String, Aval)> = init
                             .into_iter()
                             .filter(|(k, _)| weights.contains_key(k))
                             .map(|(k, t)| {
@@ -230,6 +230,10 @@ impl Program {
                                 (k, a)
                             })
                             .collect();
+                        let xa = r.x_var.map(|v| g.aval(v));
+                        fast.push(kernel.is_some_and(|k| {
+                            super::fast::shapes_fit(k, xa, &grp.varshape, s, &keys, &weights)
+                        }));
                         drtrl.push(keys);
                     }
                     Algorithm::PpProp(_) => {
@@ -251,6 +255,7 @@ impl Program {
                             ));
                         }
                         pp_f.push(Aval::new(&vs, init.dtype()));
+                        fast.push(false);
                     }
                 }
             }
