@@ -7,7 +7,13 @@
 #
 #   scripts/bench_ref/side_by_side.sh [OUT_DIR]     (default: target/bench_learn)
 #
+# THREADS=2 runs both on both cores instead: ours with `--threads 2`
+# (fused trace kernels and matrix products), the reference with
+# `--all-cores`; compare wall time (`ms_per_step`) then, since CPU time
+# adds up over threads.
+#
 # Environment: BT_PYTHON (default /work/venv-bt/bin/python), CPU (default 0),
+# THREADS (default 1),
 # MODELS, ALGOS, NRECS, BATCHES (space-separated; default the full grid),
 # BENCH_QUICK=1 for a smoke run (hidden 32, batch 4, T 5).
 set -euo pipefail
@@ -23,9 +29,15 @@ if [[ -n "${BENCH_QUICK:-}" ]]; then
 else
     NRECS="${NRECS:-128 512}" BATCHES="${BATCHES:-16 64}" T=100
 fi
+THREADS="${THREADS:-1}"
 PIN=()
-if command -v taskset >/dev/null 2>&1; then
-    PIN=(taskset -c "${CPU}")
+REF_CORES=(--cpu "${CPU}")
+if [[ "${THREADS}" == 1 ]]; then
+    if command -v taskset >/dev/null 2>&1; then
+        PIN=(taskset -c "${CPU}")
+    fi
+else
+    REF_CORES=(--all-cores)
 fi
 
 cargo build --release --example bench_learn
@@ -36,6 +48,7 @@ mkdir -p "${OUT}"
 {
     date -u +"start %FT%TZ"
     git rev-parse HEAD
+    echo "threads ${THREADS}"
     uptime
 } >"${OUT}/meta.txt"
 for model in ${MODELS}; do
@@ -44,9 +57,9 @@ for model in ${MODELS}; do
             for b in ${BATCHES}; do
                 args=(--model "${model}" --algo "${algo}" --n-rec "${n}" --batch "${b}" --T "${T}")
                 echo "== ${args[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-                "${PIN[@]}" "${RS}" "${args[@]}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
+                "${PIN[@]}" "${RS}" "${args[@]}" --threads "${THREADS}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
                     echo "braintrace-rs failed: ${args[*]}" >&2
-                "${PY}" scripts/bench_ref/bench_learn_ref.py --cpu "${CPU}" "${args[@]}" \
+                "${PY}" scripts/bench_ref/bench_learn_ref.py "${REF_CORES[@]}" "${args[@]}" \
                     >>"${OUT}/ref.jsonl" 2>/dev/null ||
                     echo "reference failed: ${args[*]}" >&2
             done
