@@ -412,37 +412,44 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
     let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99);
     profile::set_enabled(false);
     let tm = tm?;
-    let rows = profile::report();
+    let mut rows = profile::report();
+    // Ranked by the median-based estimate: a run that included time the
+    // thread was descheduled inflates a row's total, not its median.
+    let est = |r: &profile::ProfileRow| r.median.as_secs_f64() * r.count as f64;
+    rows.sort_by(|a, b| est(b).total_cmp(&est(a)));
     let total: f64 = rows.iter().map(|r| r.total.as_secs_f64()).sum();
+    let total_est: f64 = rows.iter().map(est).sum();
     let per_step = |s: f64| s / steps as f64 * 1e3;
     eprintln!(
-        "\nprofile: {} {} n_rec {} batch {}, {steps} steps: op time {:.4} ms/step, wall {:.4} ms/step \
-         (cpu {:.4}), {} op rows",
+        "\nprofile: {} {} n_rec {} batch {}, {steps} steps: op time {:.4} ms/step \
+         (median-based {:.4}), wall {:.4} ms/step (cpu {:.4}), {} op rows",
         cfg.model,
         cfg.algo,
         cfg.n_rec,
         cfg.batch,
         per_step(total),
+        per_step(total_est),
         per_step(tm.wall),
         tm.cpu.map_or(f64::NAN, per_step),
         rows.len()
     );
     eprintln!(
-        "{:>9} {:>6} {:>9} {:>6}  {:<40} shapes",
-        "us/step", "%", "us/call", "n/step", "op"
+        "{:>9} {:>6} {:>9} {:>9} {:>6}  {:<40} shapes",
+        "us/step", "%", "med us", "mean us", "n/step", "op"
     );
     for r in rows.iter().take(30) {
-        let t = r.total.as_secs_f64();
+        let t = est(r);
         let op: String = if r.op.chars().count() > 40 {
             r.op.chars().take(37).chain("...".chars()).collect()
         } else {
             r.op.clone()
         };
         eprintln!(
-            "{:>9.2} {:>6.1} {:>9.2} {:>6}  {:<40} {}",
+            "{:>9.2} {:>6.1} {:>9.2} {:>9.2} {:>6}  {:<40} {}",
             per_step(t) * 1e3,
-            100.0 * t / total.max(1e-12),
-            t / r.count as f64 * 1e6,
+            100.0 * t / total_est.max(1e-12),
+            r.median.as_secs_f64() * 1e6,
+            r.total.as_secs_f64() / r.count as f64 * 1e6,
             r.count / steps as u64,
             op,
             r.shapes

@@ -307,10 +307,15 @@ impl Graph {
         if profile::enabled() && !is_tracing() {
             return self.eval_with(inputs, |eqn, ins| {
                 let t0 = std::time::Instant::now();
-                let outs = bind(eqn.prim.clone(), ins);
-                let shapes = profile::shapes_label(&crate::ops::avals(ins));
-                profile::record(&eqn.prim.name(), &shapes, t0.elapsed());
-                outs
+                let outs = bind(eqn.prim.clone(), ins)?;
+                let d = t0.elapsed();
+                let shapes = format!(
+                    "{} -> {}",
+                    profile::shapes_label(&crate::ops::avals(ins)),
+                    profile::shapes_label(&crate::ops::avals(&outs))
+                );
+                profile::record(&eqn.prim.name(), &shapes, d);
+                Ok(outs)
             });
         }
         self.eval_with(inputs, |eqn, ins| bind(eqn.prim.clone(), ins))

@@ -23,7 +23,7 @@ use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
 use crate::tensor::{ArrayData, Aval, DType, Tensor};
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, IxDyn, ShapeBuilder};
 use num_traits::Float;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -126,7 +126,11 @@ impl Plan {
                     inputs: e.inputs.iter().map(|&v| (v, false)).collect(),
                     label: (
                         e.prim.name(),
-                        profile::shapes_label(e.inputs.iter().map(|&v| &g.avals[v])),
+                        format!(
+                            "{} -> {}",
+                            profile::shapes_label(e.inputs.iter().map(|&v| &g.avals[v])),
+                            profile::shapes_label(e.outputs.iter().map(|&v| &g.avals[v]))
+                        ),
                     ),
                 }),
             }
@@ -528,15 +532,37 @@ impl FusedFloat for f64 {
     }
 }
 
-/// The elements of `v` in row-major order: borrowed when contiguous,
-/// copied otherwise. An error if `v` is not what the plan expects (a
-/// primitive's eval disagreeing with its shape rule).
-fn elements<'a, T: FusedFloat>(
+/// The memory order a fused loop walks its operands and writes its results
+/// in. Element-wise results do not depend on it; what matters is that no
+/// operand needs a strided walk (`concatenate` along the last axis, for
+/// one, yields column-major arrays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// Row-major (standard layout).
+    C,
+    /// Column-major.
+    F,
+}
+
+/// The order `a` is contiguous in (row-major preferred), if any.
+fn order_of<T>(a: &ArrayD<T>) -> Option<Order> {
+    if a.is_standard_layout() {
+        Some(Order::C)
+    } else if a.view().reversed_axes().is_standard_layout() {
+        Some(Order::F)
+    } else {
+        None
+    }
+}
+
+/// The array behind `v`, checked against what the plan expects (an error,
+/// not a wrong result, if a primitive's eval disagrees with its shape rule).
+fn operand<'a, T: FusedFloat>(
     g: &Graph,
     env: &'a [Option<Tensor>],
     v: VarId,
     want: &[usize],
-) -> Result<Cow<'a, [T]>> {
+) -> Result<&'a ArrayD<T>> {
     let mismatch = |got: String| {
         Error::invalid(
             "fused element-wise loop",
@@ -555,16 +581,54 @@ fn elements<'a, T: FusedFloat>(
     if a.shape() != want {
         return Err(mismatch(t.aval().to_string()));
     }
-    Ok(match a.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(row_major(a)),
+    Ok(a)
+}
+
+/// The elements of `a` in `order`: borrowed when `a` is contiguous in that
+/// order, copied otherwise.
+fn elements<T: Copy>(a: &ArrayD<T>, order: Order) -> Cow<'_, [T]> {
+    if order_of(a) == Some(order) || a.len() <= 1 {
+        if let Some(s) = a.as_slice_memory_order() {
+            return Cow::Borrowed(s);
+        }
+    }
+    // A 2-D array contiguous in the other order: a blocked transpose.
+    if a.ndim() == 2 {
+        if let Some(s) = a.as_slice_memory_order() {
+            let (r, c) = (a.shape()[0], a.shape()[1]);
+            // Column-major r x c is row-major c x r, and vice versa.
+            return Cow::Owned(match order {
+                Order::C => transpose2(s, c, r),
+                Order::F => transpose2(s, r, c),
+            });
+        }
+    }
+    Cow::Owned(match order {
+        Order::C => row_major(&a.view()),
+        Order::F => row_major(&a.view().reversed_axes()),
     })
 }
 
-/// The elements of a non-contiguous array in row-major order; iterated
-/// with a fixed rank where it can (`IxDyn` iteration is several times
-/// slower).
-fn row_major<T: Copy>(a: &ArrayD<T>) -> Vec<T> {
+/// The row-major `cols x rows` transpose of the row-major `rows x cols`
+/// matrix `src`, in tiles that stay in cache.
+fn transpose2<T: Copy>(src: &[T], rows: usize, cols: usize) -> Vec<T> {
+    const TILE: usize = 16;
+    let mut out = src.to_vec();
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            for i in i0..(i0 + TILE).min(rows) {
+                for j in j0..(j0 + TILE).min(cols) {
+                    out[j * rows + i] = src[i * cols + j];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The elements of any view in row-major order; iterated with a fixed rank
+/// where it can (`IxDyn` iteration is several times slower).
+fn row_major<T: Copy>(a: &ndarray::ArrayViewD<T>) -> Vec<T> {
     macro_rules! fixed {
         ($d:ty) => {
             match a.view().into_dimensionality::<$d>() {
@@ -583,11 +647,24 @@ fn row_major<T: Copy>(a: &ArrayD<T>) -> Vec<T> {
 }
 
 fn run_fused<T: FusedFloat>(g: &Graph, f: &Fused, env: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
-    let inputs: Vec<Cow<[T]>> = f
+    let arrays: Vec<&ArrayD<T>> = f
         .inputs
         .iter()
-        .map(|&v| elements(g, env, v, &f.shape))
+        .map(|&v| operand(g, env, v, &f.shape))
         .collect::<Result<_>>()?;
+    // Walk memory in the order most operands are stored in. Ties go to
+    // column-major: a recurrent update `h' = a h + x` with a column-major
+    // `x` then makes `h'` column-major, and the next step copies nothing.
+    let n_f = arrays
+        .iter()
+        .filter(|a| order_of(a) == Some(Order::F))
+        .count();
+    let order = if n_f > 0 && 2 * n_f >= arrays.len() {
+        Order::F
+    } else {
+        Order::C
+    };
+    let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
     let kernels: Vec<&dyn Elementwise> = f
         .ops
         .iter()
@@ -601,8 +678,8 @@ fn run_fused<T: FusedFloat>(g: &Graph, f: &Fused, env: &[Option<Tensor>]) -> Res
     let block = BLOCK.min(f.size.max(1));
     let mut bufs: Vec<Vec<T>> = vec![vec![T::zero(); block]; f.nbufs];
     for &(v, b) in &f.scalars {
-        let s = elements::<T>(g, env, v, g.avals[v].shape())?;
-        bufs[b].fill(s[0]);
+        let s = operand::<T>(g, env, v, g.avals[v].shape())?;
+        bufs[b].fill(*s.iter().next().expect("a scalar operand has one element"));
     }
     let mut outs: Vec<Vec<T>> = f
         .outputs
@@ -633,7 +710,7 @@ fn run_fused<T: FusedFloat>(g: &Graph, f: &Fused, env: &[Option<Tensor>]) -> Res
     }
     outs.into_iter()
         .map(|v| {
-            ArrayD::from_shape_vec(IxDyn(&f.shape), v)
+            ArrayD::from_shape_vec(IxDyn(&f.shape).set_f(order == Order::F), v)
                 .map(T::wrap)
                 .map_err(|e| Error::invalid("fused element-wise loop", e.to_string()))
         })
@@ -866,6 +943,38 @@ mod tests {
             .map(|v| (0.5 - v * 0.5).exp())
             .collect();
         assert_eq!(got[0].to_vec_f64().unwrap(), want);
+    }
+
+    #[test]
+    fn plan_non_contiguous_and_column_major_operands() {
+        use ndarray::{s, Array};
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut arr = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            Array::from_shape_vec(IxDyn(shape), v).unwrap()
+        };
+        // Column-major 2-D and 3-D, strided (neither order), row-major.
+        let f2 = Tensor::from_array(arr(&[40, 30]).reversed_axes());
+        let f3 = Tensor::from_array(arr(&[5, 4, 3]).reversed_axes());
+        let strided = Tensor::from_array(arr(&[30, 80]).slice_move(s![.., ..;2]).into_dyn());
+        let c2 = Tensor::from_array(arr(&[30, 40]));
+        let c3 = Tensor::from_array(arr(&[3, 4, 5]));
+        assert!(!f2.data().unwrap().to_f64_array().is_standard_layout());
+        let args = vec![f2, strided, c2, f3, c3];
+        let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+        let g = trace(
+            |x: &[Tensor]| {
+                let a = x[0].mul(&x[1])?.add(&x[2])?.tanh()?; // F, strided, C
+                let b = x[0].mul_scalar(0.5)?.add(&x[0])?; // all F: stays F
+                let c = x[3].sigmoid()?.mul(&x[4])?; // 3-D F with C
+                let d = x[3].exp()?; // 3-D all F
+                Ok(vec![a, b.clone(), c, d, b.matmul(&x[2].t()?)?])
+            },
+            &avals,
+        )
+        .unwrap();
+        check(g, &args, "layouts");
     }
 
     /// A two-output primitive: `(x + 1, 2 x)`.

@@ -27,9 +27,9 @@ use std::time::Duration;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// op -> operand shapes -> (count, total time); nested so that a lookup
+/// op -> operand shapes -> the time of every run; nested so that a lookup
 /// by `&str` allocates nothing.
-type Table = HashMap<String, HashMap<String, (u64, Duration)>>;
+type Table = HashMap<String, HashMap<String, Vec<Duration>>>;
 
 fn table() -> &'static Mutex<Table> {
     static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
@@ -43,13 +43,17 @@ pub struct ProfileRow {
     /// The primitive's name, or `fused[...]` with the names of a fused
     /// group's equations.
     pub op: String,
-    /// The operands' avals (`f32[16,128] f32[128,384]`); for a fused group,
-    /// the shape of its loop.
+    /// The operands' avals and the results' (`f32[16,128] f32[128,384] ->
+    /// f32[16,384]`); for a fused group, the aval of its loop.
     pub shapes: String,
     /// How many times it ran.
     pub count: u64,
     /// Total time spent in it.
     pub total: Duration,
+    /// The median time of one run: on a loaded machine, where a run now and
+    /// then includes time the thread was not scheduled, `median * count` is
+    /// a steadier estimate of the op's cost than `total`.
+    pub median: Duration,
 }
 
 /// Turn the profile on or off (process-wide).
@@ -73,14 +77,17 @@ pub fn report() -> Vec<ProfileRow> {
     let mut rows: Vec<ProfileRow> = t
         .iter()
         .flat_map(|(op, by_shape)| {
-            by_shape
-                .iter()
-                .map(move |(shapes, &(count, total))| ProfileRow {
+            by_shape.iter().map(move |(shapes, runs)| {
+                let mut sorted = runs.clone();
+                sorted.sort_unstable();
+                ProfileRow {
                     op: op.clone(),
                     shapes: shapes.clone(),
-                    count,
-                    total,
-                })
+                    count: runs.len() as u64,
+                    total: runs.iter().sum(),
+                    median: sorted.get(sorted.len() / 2).copied().unwrap_or_default(),
+                }
+            })
         })
         .collect();
     rows.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.op.cmp(&b.op)));
@@ -94,11 +101,10 @@ pub(crate) fn record(op: &str, shapes: &str, d: Duration) {
         t.insert(op.to_string(), HashMap::new());
     }
     let by_shape = t.get_mut(op).expect("inserted above");
-    if let Some(e) = by_shape.get_mut(shapes) {
-        e.0 += 1;
-        e.1 += d;
+    if let Some(runs) = by_shape.get_mut(shapes) {
+        runs.push(d);
     } else {
-        by_shape.insert(shapes.to_string(), (1, d));
+        by_shape.insert(shapes.to_string(), vec![d]);
     }
 }
 

@@ -351,21 +351,22 @@ impl<M: Model> Learner<M> {
         let mut losses = Vec::with_capacity(t_len);
         let dtype = self.state.dtype();
         let mut done = 0;
+        // Cast once (a no-op when the dtype matches), then take each step's
+        // row straight from the array.
+        let (xs, ys) = (xs.cast(dtype)?, ys.cast(dtype)?);
         let outcome = (|| -> Result<()> {
             for t in 0..t_len {
                 let n = self.running_index + t;
-                let x = xs.index_axis0(t)?.cast(dtype)?;
-                let y = ys.index_axis0(t)?.cast(dtype)?;
                 let c = match &self.program.algo {
                     Algorithm::PpProp(pp) => pp.correction(n),
                     Algorithm::DRtrl(_) => 1.0,
                 };
-                let c = Tensor::scalar(c).cast(dtype)?;
-                let mut args = self.state.param_values().to_vec();
+                let mut args = Vec::with_capacity(np + nh + 3 + nt);
+                args.extend_from_slice(self.state.param_values());
                 args.extend_from_slice(&hidden);
-                args.extend([x, y, c]);
+                args.extend([row(&xs, t)?, row(&ys, t)?, Tensor::scalar_of(c, dtype)]);
                 args.extend_from_slice(&traces);
-                let mut outs = step_fn.call(&args)?;
+                let mut outs = step_fn.call_owned(args)?;
                 let rest = outs.split_off(nh);
                 let new_h = outs;
                 let (new_tr, rest) = rest.split_at(nt);
@@ -374,11 +375,13 @@ impl<M: Model> Learner<M> {
                 let (grads_t, signals) = rest.split_at(np);
                 losses.push(loss_t.clone());
                 Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
+                // Accumulated in place: the sum's buffer is the learner's
+                // alone from the second step on (copy-on-write before that).
                 for (s, g) in sums.iter_mut().zip(grads_t) {
-                    *s = Some(match s.take() {
-                        Some(a) => a.add(g)?,
-                        None => g.clone(),
-                    });
+                    match s {
+                        Some(a) => a.add_in_place(g)?,
+                        None => *s = Some(g.clone()),
+                    }
                 }
                 hidden = new_h;
                 traces = new_tr.to_vec();
@@ -403,10 +406,10 @@ impl<M: Model> Learner<M> {
         for f in &mut fast {
             for (p, t) in &mut f.leaves {
                 let g = t.take_grad()?;
-                sums[*p] = Some(match sums[*p].take() {
-                    Some(a) => a.add(&g)?,
-                    None => g,
-                });
+                match &mut sums[*p] {
+                    Some(a) => a.add_in_place(&g)?,
+                    s => *s = Some(g),
+                }
             }
         }
         let scale = match reduction {
@@ -422,7 +425,12 @@ impl<M: Model> Learner<M> {
             .zip(sums)
         {
             let g = match s {
-                Some(s) => s.mul_scalar(scale)?,
+                Some(mut s) => {
+                    if scale != 1.0 {
+                        s.mul_scalar_in_place(scale)?;
+                    }
+                    s
+                }
                 None => value.zeros_like(),
             };
             grads.insert(info.key.clone(), g);
@@ -440,6 +448,12 @@ impl<M: Model> Learner<M> {
     }
 
     fn check_sequences(&self, xs: &Tensor, ys: &Tensor) -> Result<usize> {
+        if xs.is_symbolic() || ys.is_symbolic() {
+            return Err(Error::invalid(
+                "etrace_grad",
+                "xs and ys must be concrete tensors (etrace_grad runs eagerly)",
+            ));
+        }
         if xs.ndim() == 0 || ys.ndim() == 0 {
             return Err(Error::shape(
                 "etrace_grad",
@@ -473,4 +487,18 @@ impl<M: Model> Learner<M> {
         }
         Ok(xs.shape()[0])
     }
+}
+
+/// Row `t` of a concrete time-major sequence (`t` in range), copied out of
+/// the array without going through the op machinery.
+fn row(xs: &Tensor, t: usize) -> Result<Tensor> {
+    use crate::tensor::ArrayData;
+    use ndarray::Axis;
+    let d = match xs.data_for("etrace_grad")? {
+        ArrayData::F32(a) => ArrayData::F32(a.index_axis(Axis(0), t).to_owned()),
+        ArrayData::F64(a) => ArrayData::F64(a.index_axis(Axis(0), t).to_owned()),
+        ArrayData::I64(a) => ArrayData::I64(a.index_axis(Axis(0), t).to_owned()),
+        ArrayData::Bool(a) => ArrayData::Bool(a.index_axis(Axis(0), t).to_owned()),
+    };
+    Ok(Tensor::from_data(d))
 }
