@@ -351,10 +351,10 @@ impl<M: Model> Learner<M> {
         let mut losses = Vec::with_capacity(t_len);
         let dtype = self.state.dtype();
         let mut done = 0;
-        // Cast once (a no-op when the dtype matches), then take each step's
-        // row straight from the array.
-        let (xs, ys) = (xs.cast(dtype)?, ys.cast(dtype)?);
         let outcome = (|| -> Result<()> {
+            // Cast once (a no-op when the dtype matches), then take each
+            // step's row straight from the array.
+            let (xs, ys) = (xs.cast(dtype)?, ys.cast(dtype)?);
             for t in 0..t_len {
                 let n = self.running_index + t;
                 let c = match &self.program.algo {
