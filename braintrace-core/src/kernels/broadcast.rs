@@ -163,9 +163,31 @@ pub(crate) fn concat_rows<T: Copy>(
         return ArrayD::from_shape_vec(IxDyn(out_shape), Vec::new()).expect("no elements");
     };
     let mut v = vec![first; total];
+    let outer = total / row;
+    if let [a, b] = srcs[..] {
+        if a.len() == outer && b.len() == outer {
+            // Two operands of one element per row (stacking a pair along a
+            // new last axis): an interleave the compiler vectorises.
+            for ((d, &x), &y) in v.chunks_exact_mut(2).zip(a).zip(b) {
+                d[0] = x;
+                d[1] = y;
+            }
+            return ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked");
+        }
+    }
+    if srcs.iter().all(|s| s.len() == outer) {
+        // One element per operand and row (a stack along a new last
+        // axis): fill each output row in turn, the stores sequential.
+        for (o, d) in v.chunks_exact_mut(row).enumerate() {
+            for (x, s) in d.iter_mut().zip(&srcs) {
+                *x = s[o];
+            }
+        }
+        return ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked");
+    }
     let mut off = 0;
     for src in srcs {
-        let r = src.len() / (total / row);
+        let r = src.len() / outer;
         if r > 0 {
             match r {
                 1 => fill_columns::<T, 1>(&mut v, row, off, src),

@@ -100,6 +100,7 @@ impl UnaryOp {
             UnaryOp::Atan => "atan",
         }
     }
+    #[inline(always)]
     fn apply<T: Float>(self, x: T) -> T {
         let one = T::one();
         match self {
@@ -108,10 +109,14 @@ impl UnaryOp {
             UnaryOp::Log => x.ln(),
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => {
+                // One exp of -|x| (never overflows) for both signs: the
+                // same values as exp(-x) for x >= 0 and exp(x) below, but
+                // a loop the compiler if-converts no longer calls exp twice
+                // per element.
+                let e = (-x.abs()).exp();
                 if x >= T::zero() {
-                    one / (one + (-x).exp())
+                    one / (one + e)
                 } else {
-                    let e = x.exp();
                     e / (one + e)
                 }
             }
@@ -347,6 +352,7 @@ impl BinaryOp {
             BinaryOp::Pow => "pow",
         }
     }
+    #[inline(always)]
     pub(crate) fn apply<T: Float>(self, a: T, b: T) -> T {
         match self {
             BinaryOp::Add => a + b,
@@ -675,6 +681,7 @@ impl Scalar {
 impl ScalarOp {
     /// The op on one element (the in-place kernels use it; [`map_scalar`]
     /// is the allocating form).
+    #[inline(always)]
     pub(crate) fn apply<T: Float>(self, x: T, s: T) -> T {
         match self {
             ScalarOp::Add => x + s,

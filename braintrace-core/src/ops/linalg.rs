@@ -20,6 +20,21 @@ fn mm_kernel<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>, out_shape: &[usize])
     let lead = &a.shape()[..r - 2];
     let batch: usize = lead.iter().product();
     let mut out = ndarray::Array3::<T>::zeros((batch, m, n));
+    if let (Some(a3), Some(b3)) = (as_batch3(a, batch), as_batch3(b, batch)) {
+        for i in 0..batch {
+            let mut ov = out.index_axis_mut(Axis(0), i);
+            general_mat_mul(
+                T::one(),
+                &a3.index_axis(Axis(0), i),
+                &b3.index_axis(Axis(0), i),
+                T::zero(),
+                &mut ov,
+            );
+        }
+        return out
+            .into_shape_with_order(IxDyn(out_shape))
+            .expect("same size");
+    }
     for i in 0..batch {
         // Operands are read where they lie: matrixmultiply takes any
         // strides, so a transposed or sliced operand is not copied.
@@ -29,6 +44,15 @@ fn mm_kernel<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>, out_shape: &[usize])
     }
     out.into_shape_with_order(IxDyn(out_shape))
         .expect("same size")
+}
+
+/// `x` as a fixed-rank `(batch, rows, cols)` view, when it is in standard
+/// layout (ndarray reshapes views of that layout only).
+fn as_batch3<T>(x: &ArrayD<T>, batch: usize) -> Option<ndarray::ArrayView3<'_, T>> {
+    let r = x.ndim();
+    x.view()
+        .into_shape_with_order((batch, x.shape()[r - 2], x.shape()[r - 1]))
+        .ok()
 }
 
 /// The matrix at row-major batch index `i` of `x` (leading dims `lead`),
