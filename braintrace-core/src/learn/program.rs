@@ -93,6 +93,32 @@ fn stack_last(ts: &[Tensor]) -> Result<Tensor> {
     crate::ops::stack(ts, ts[0].ndim())
 }
 
+/// `Σ_c D[..., a, c] f[..., c]` for `D` `(..., S, S)` and `f` `(..., S)`:
+/// element-wise products of same-shape operands for up to four states (the
+/// planned executor fuses them into one loop), a broadcast product and a sum
+/// beyond.
+fn d_times(d: &Tensor, f: &Tensor) -> Result<Tensor> {
+    let s = f.shape().last().copied().unwrap_or(1);
+    if s == 1 {
+        return d.reshape(f.shape())?.mul(f);
+    }
+    if s > 4 {
+        return d.mul(&f.expand_dims(f.ndim() - 1)?)?.sum(&[d.ndim() - 1]);
+    }
+    let fc: Vec<Tensor> = (0..s).map(|c| last(f, c)).collect::<Result<_>>()?;
+    let rows: Vec<Tensor> = (0..s)
+        .map(|a| {
+            let da = d.index_axis(d.ndim() - 2, a)?;
+            let mut acc = last(&da, 0)?.mul(&fc[0])?;
+            for (c, fv) in fc.iter().enumerate().skip(1) {
+                acc = acc.add(&last(&da, c)?.mul(fv)?)?;
+            }
+            Ok(acc)
+        })
+        .collect::<Result<_>>()?;
+    stack_last(&rows)
+}
+
 /// Sum leading axes until `t` has the shape `like`.
 fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor> {
     let mut t = t.clone();
@@ -555,7 +581,7 @@ impl Program {
             let f = &traces[nx + pi];
             let d = &ds[pair.group];
             // Σ_b D[..., a, b] f[..., b]
-            let df = d.mul(&f.expand_dims(f.ndim() - 1)?)?.sum(&[d.ndim() - 1])?;
+            let df = d_times(d, f)?;
             out.push(df.mul_scalar(af)?.add(&dfs[pi].mul_scalar(1.0 - af)?)?);
         }
         Ok(out)
