@@ -93,32 +93,6 @@ fn stack_last(ts: &[Tensor]) -> Result<Tensor> {
     crate::ops::stack(ts, ts[0].ndim())
 }
 
-/// `Σ_c D[..., a, c] f[..., c]` for `D` `(..., S, S)` and `f` `(..., S)`:
-/// element-wise products of same-shape operands for up to four states (the
-/// planned executor fuses them into one loop), a broadcast product and a sum
-/// beyond.
-fn d_times(d: &Tensor, f: &Tensor) -> Result<Tensor> {
-    let s = f.shape().last().copied().unwrap_or(1);
-    if s == 1 {
-        return d.reshape(f.shape())?.mul(f);
-    }
-    if s > 4 {
-        return d.mul(&f.expand_dims(f.ndim() - 1)?)?.sum(&[d.ndim() - 1]);
-    }
-    let fc: Vec<Tensor> = (0..s).map(|c| last(f, c)).collect::<Result<_>>()?;
-    let rows: Vec<Tensor> = (0..s)
-        .map(|a| {
-            let da = d.index_axis(d.ndim() - 2, a)?;
-            let mut acc = last(&da, 0)?.mul(&fc[0])?;
-            for (c, fv) in fc.iter().enumerate().skip(1) {
-                acc = acc.add(&last(&da, c)?.mul(fv)?)?;
-            }
-            Ok(acc)
-        })
-        .collect::<Result<_>>()?;
-    stack_last(&rows)
-}
-
 /// Sum leading axes until `t` has the shape `like`.
 fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor> {
     let mut t = t.clone();
@@ -355,7 +329,7 @@ impl Program {
         let fixed: HashMap<VarId, Tensor> = boundary.iter().map(|v| (*v, rec[v].clone())).collect();
 
         // Hidden-to-hidden Jacobians, (V, S, S) per group.
-        let mut ds = Vec::with_capacity(eg.groups().len());
+        let mut d_cols = Vec::with_capacity(eg.groups().len()); // [group][b][a]
         for grp in eg.groups() {
             let states = grp.states.clone();
             let f = |hs: &[Tensor]| {
@@ -386,15 +360,24 @@ impl Program {
                     .collect();
                 cols.push(jvp(f, &primals, &tans)?.1);
             }
-            let rows: Vec<Tensor> = (0..states.len())
-                .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
-                .collect::<Result<_>>()?;
-            let nd = rows[0].ndim() - 1;
-            ds.push(crate::ops::stack(&rows, nd)?);
+            d_cols.push(cols);
+        }
+        // D-RTRL reads D stacked, (V, S, S); pp_prop reads its columns.
+        let drtrl = matches!(self.algo, Algorithm::DRtrl(_));
+        let mut ds = Vec::with_capacity(eg.groups().len());
+        if drtrl {
+            for cols in &d_cols {
+                let rows: Vec<Tensor> = (0..cols.len())
+                    .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
+                    .collect::<Result<_>>()?;
+                let nd = rows[0].ndim() - 1;
+                ds.push(crate::ops::stack(&rows, nd)?);
+            }
         }
 
-        // Df per pair, (V, S).
+        // Df per pair: per state (V), and stacked (V, S) for D-RTRL.
         let mut dfs = Vec::with_capacity(self.layout.pairs.len());
+        let mut df_parts = Vec::with_capacity(self.layout.pairs.len());
         for pair in &self.layout.pairs {
             let r = &eg.relations()[pair.rel];
             let states = eg.groups()[pair.group].states.clone();
@@ -411,7 +394,10 @@ impl Program {
             };
             let y = rec[&yv].clone();
             let (_, t) = jvp(f, std::slice::from_ref(&y), &[y.ones_like()])?;
-            dfs.push(stack_last(&t)?);
+            if drtrl {
+                dfs.push(stack_last(&t)?);
+            }
+            df_parts.push(t);
         }
 
         let xs: HashMap<VarId, Tensor> = self
@@ -423,7 +409,7 @@ impl Program {
         let new_traces = match &self.algo {
             Algorithm::DRtrl(_) => self.drtrl_update(params, traces, &ds, &dfs, &xs)?,
             Algorithm::PpProp(pp) => {
-                self.pp_update(pp.decay_x, pp.decay_f, traces, &ds, &dfs, &xs)?
+                self.pp_update(pp.decay_x, pp.decay_f, traces, &d_cols, &df_parts, &xs)?
             }
         };
         let fast = self.fast_inputs(&ds, &dfs, &xs);
@@ -563,13 +549,18 @@ impl Program {
         Ok(out)
     }
 
+    /// `ε_x ← α_x ε_x + x`; per state `a`,
+    /// `ε_f[a] ← α_f Σ_c D[a, c] ε_f[c] + (1 − α_f) Df[a]` — element-wise
+    /// products of same-shape operands (`d_cols[group][c][a]` is
+    /// `D[..., a, c]`), which the planned executor fuses into one loop.
+    #[allow(clippy::type_complexity)]
     fn pp_update(
         &self,
         ax: f64,
         af: f64,
         traces: &[Tensor],
-        ds: &[Tensor],
-        dfs: &[Tensor],
+        d_cols: &[Vec<Vec<Tensor>>],
+        df_parts: &[Vec<Tensor>],
         xs: &HashMap<VarId, Tensor>,
     ) -> Result<Vec<Tensor>> {
         let nx = self.layout.x_vars.len();
@@ -579,10 +570,28 @@ impl Program {
         }
         for (pi, pair) in self.layout.pairs.iter().enumerate() {
             let f = &traces[nx + pi];
-            let d = &ds[pair.group];
-            // Σ_b D[..., a, b] f[..., b]
-            let df = d_times(d, f)?;
-            out.push(df.mul_scalar(af)?.add(&dfs[pi].mul_scalar(1.0 - af)?)?);
+            let cols = &d_cols[pair.group];
+            let s = cols.len();
+            let fc: Vec<Tensor> = if s == 1 {
+                vec![f.reshape(&f.shape()[..f.ndim() - 1])?]
+            } else {
+                (0..s).map(|c| last(f, c)).collect::<Result<_>>()?
+            };
+            let mut new = Vec::with_capacity(s);
+            for a in 0..s {
+                let mut acc = cols[0][a].mul(&fc[0])?;
+                for (c, fv) in fc.iter().enumerate().skip(1) {
+                    acc = acc.add(&cols[c][a].mul(fv)?)?;
+                }
+                let df = &df_parts[pi][a];
+                new.push(acc.mul_scalar(af)?.add(&df.mul_scalar(1.0 - af)?)?);
+            }
+            let new = if s == 1 {
+                new[0].reshape(f.shape())?
+            } else {
+                stack_last(&new)?
+            };
+            out.push(new);
         }
         Ok(out)
     }
