@@ -50,7 +50,20 @@ pub(crate) fn sum_axes<T: Float>(a: &ArrayD<T>, axes: &[usize]) -> ArrayD<T> {
     while let Some(&(len, summed)) = blocks.last() {
         if summed {
             blocks.pop();
-            cur = Cow::Owned(cur.chunks_exact(len).map(sum_slice).collect());
+            // Short runs (the states of a trace, 2 for LIF) summed inline:
+            // a call per run costs more than the run. Same order as
+            // `sum_slice`, which adds runs under 8 one by one from zero.
+            cur = Cow::Owned(match len {
+                2 => cur
+                    .chunks_exact(2)
+                    .map(|c| T::zero() + c[0] + c[1])
+                    .collect(),
+                3..=7 => cur
+                    .chunks_exact(len)
+                    .map(|c| c.iter().fold(T::zero(), |a, &v| a + v))
+                    .collect(),
+                _ => cur.chunks_exact(len).map(sum_slice).collect(),
+            });
         } else if blocks.len() >= 2 {
             let (r, _) = blocks[blocks.len() - 2];
             let k = len;
