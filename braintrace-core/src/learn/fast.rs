@@ -17,7 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::etp::{ParamValue, Params};
-use crate::tensor::{ArrayData, Aval, DType, Tensor};
+use crate::tensor::{to_standard, ArrayData, Aval, DType, Tensor};
 use num_traits::Float;
 use std::collections::BTreeMap;
 
@@ -197,22 +197,20 @@ impl FastTrace {
     }
     /// The trace as a tensor (a copy) in the public layout `(B?, I?, O, S)`.
     pub(crate) fn tensor(&self) -> Tensor {
-        let nd = self.data.shape().len();
-        let mut t = Tensor::from_data(self.data.clone());
-        if nd >= 2 {
-            let mut perm: Vec<usize> = (0..nd).collect();
-            perm.swap(nd - 2, nd - 1);
-            t = t
-                .transpose(&perm)
-                .expect("a permutation of the trace's axes");
-            if let Ok(ArrayData::F32(a)) = t.data() {
-                return Tensor::from_data(ArrayData::F32(standard(a)));
+        // One strided copy of the state-major buffer, axes swapped back.
+        fn swapped<T: Clone>(a: &ndarray::ArrayD<T>) -> ndarray::ArrayD<T> {
+            let mut v = a.view();
+            let nd = v.ndim();
+            if nd >= 2 {
+                v.swap_axes(nd - 2, nd - 1);
             }
-            if let Ok(ArrayData::F64(a)) = t.data() {
-                return Tensor::from_data(ArrayData::F64(standard(a)));
-            }
+            to_standard(v)
         }
-        t
+        Tensor::from_data(match &self.data {
+            ArrayData::F32(a) => ArrayData::F32(swapped(a)),
+            ArrayData::F64(a) => ArrayData::F64(swapped(a)),
+            other => other.clone(),
+        })
     }
     /// The accumulated gradient (a copy), and zero the accumulator.
     pub(crate) fn take_grad(&mut self) -> Result<Tensor> {
@@ -258,12 +256,14 @@ impl FastTrace {
         let dt = self.data.dtype();
         let contiguous = |t: &Tensor| -> Result<ArrayData> {
             let t = t.cast(dt)?;
-            // Already row-major data is shared, not copied; otherwise one
-            // strided copy (ndarray's dynamic-rank `as_standard_layout` goes
-            // element by element through a dynamic index).
+            // Row-major data as it is; otherwise one strided copy.
             Ok(match t.data()? {
-                ArrayData::F32(a) if !a.is_standard_layout() => ArrayData::F32(standard(a)),
-                ArrayData::F64(a) if !a.is_standard_layout() => ArrayData::F64(standard(a)),
+                ArrayData::F32(a) if !a.is_standard_layout() => {
+                    ArrayData::F32(to_standard(a.view()))
+                }
+                ArrayData::F64(a) if !a.is_standard_layout() => {
+                    ArrayData::F64(to_standard(a.view()))
+                }
                 other => other.clone(),
             })
         };
@@ -335,14 +335,6 @@ impl FastTrace {
         }
         Ok(())
     }
-}
-
-/// A row-major copy of `a` (the inner loop runs over ndarray's chosen
-/// innermost axis, not through a dynamic index per element).
-fn standard<T: Copy + num_traits::Zero>(a: &ndarray::ArrayD<T>) -> ndarray::ArrayD<T> {
-    let mut out = ndarray::ArrayD::zeros(a.raw_dim());
-    out.assign(a);
-    out
 }
 
 /// `shape` with its last two axes swapped.
