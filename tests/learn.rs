@@ -64,6 +64,9 @@ struct LeakyOver {
     hidden: Vec<usize>,
     lambda: f64,
     op: Op,
+    /// A second state per neuron, `v' = 0.5 v + 0.3 h'` (and `h'` gets
+    /// `+ 0.2 v`): a 2 × 2 hidden Jacobian; the output is `h' + v'`.
+    two_states: bool,
 }
 
 impl Model for LeakyOver {
@@ -72,14 +75,25 @@ impl Model for LeakyOver {
             let v = Initializer::Normal { std: 0.6 }.draw(s, init.dtype(), init.rng())?;
             init.param(k, None, v)?;
         }
+        if self.two_states {
+            init.hidden("v", &self.hidden)?;
+        }
         init.hidden("h", &self.hidden)
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden("h")?;
         let y = (self.op)(ctx, x)?;
-        let h_new = h.mul_scalar(self.lambda)?.add(&y.tanh()?)?;
+        let mut h_new = h.mul_scalar(self.lambda)?.add(&y.tanh()?)?;
+        if !self.two_states {
+            ctx.set_hidden("h", h_new.clone())?;
+            return Ok(h_new);
+        }
+        let v = ctx.hidden("v")?;
+        h_new = h_new.add(&v.mul_scalar(0.2)?)?;
+        let v_new = v.mul_scalar(0.5)?.add(&h_new.mul_scalar(0.3)?)?;
         ctx.set_hidden("h", h_new.clone())?;
-        Ok(h_new)
+        ctx.set_hidden("v", v_new.clone())?;
+        h_new.add(&v_new)
     }
 }
 
@@ -92,6 +106,15 @@ fn leaky(params: &[(&str, &[usize])], hidden: &[usize], op: Op) -> LeakyOver {
         hidden: hidden.to_vec(),
         lambda: 0.7,
         op,
+        two_states: false,
+    }
+}
+
+/// [`leaky`] with two states per neuron.
+fn leaky2(params: &[(&str, &[usize])], hidden: &[usize], op: Op) -> LeakyOver {
+    LeakyOver {
+        two_states: true,
+        ..leaky(params, hidden, op)
     }
 }
 
@@ -589,18 +612,48 @@ fn fast_vs_generic<M: Model, F: Fn() -> M>(
             batch,
         )
         .unwrap();
+        // Every pair runs a kernel with fast paths on, none without: the
+        // comparison below compares two different code paths.
+        let text = l.explain();
+        let n = l
+            .graph()
+            .relations()
+            .iter()
+            .map(|r| r.groups.len())
+            .sum::<usize>();
+        let want = format!("fused trace kernels: {} of {n} ", if fast { n } else { 0 });
+        assert!(text.contains(&want), "want `{want}` in\n{text}");
         // A plain update first (traces advance without a gradient), then a sequence.
         l.update(&xs.index_axis0(1).unwrap()).unwrap();
-        let g = l.etrace_grad(&xs, &ys, mse, Reduction::Sum).unwrap();
+        let g1 = l.etrace_grad(&xs, &ys, mse, Reduction::Sum).unwrap();
+        // An optimiser-like change of every parameter between calls: the
+        // traces carry the old transform derivatives, the new call's
+        // instantaneous terms and gradient maps use the new ones.
+        let infos: Vec<String> = l
+            .state()
+            .param_infos()
+            .iter()
+            .map(|i| i.key.clone())
+            .collect();
+        for (k, key) in infos.iter().enumerate() {
+            let v = l.state().param_values()[k].clone();
+            let nv = v.mul_scalar(0.9).unwrap().add_scalar(0.05).unwrap();
+            l.state_mut().set_param(key, &nv).unwrap();
+        }
+        l.update(&xs.index_axis0(2).unwrap()).unwrap();
+        let xs2 = draw(&[&[t], x_shape].concat(), seed + 3);
+        let g2 = l.etrace_grad(&xs2, &ys, mse, Reduction::Mean).unwrap();
         let mut traces = l.traces();
         traces.sort_by_key(|t| t.shape().to_vec());
-        (g.grads, traces)
+        (g1.grads, g2.grads, traces)
     };
-    let (g_fast, tr_fast) = run(true);
-    let (g_gen, tr_gen) = run(false);
-    assert_dicts_close("fast vs generic grads", &g_fast, &g_gen, 1e-12);
+    let (g1_fast, g2_fast, tr_fast) = run(true);
+    let (g1_gen, g2_gen, tr_gen) = run(false);
+    assert_dicts_close("fast vs generic grads", &g1_fast, &g1_gen, 1e-12);
+    assert_dicts_close("fast vs generic grads, 2nd call", &g2_fast, &g2_gen, 1e-12);
     assert_eq!(tr_fast.len(), tr_gen.len());
     for (a, b) in tr_fast.iter().zip(&tr_gen) {
+        assert_eq!(a.shape(), b.shape());
         let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "trace {x} vs {y}");
@@ -613,7 +666,15 @@ fn the_builtin_fused_kernels_are_registered() {
     let names: Vec<&str> = braintrace::learn::fused_kernels()
         .map(|k| k.primitive)
         .collect();
-    for p in ["etp_mm", "etp_mv", "etp_elemwise"] {
+    for p in [
+        "etp_mm",
+        "etp_mv",
+        "etp_elemwise",
+        "etp_sp_mm",
+        "etp_sp_mv",
+        "etp_lora_mm",
+        "etp_lora_mv",
+    ] {
         assert!(names.contains(&p), "{p} not in {names:?}");
     }
 }
@@ -666,6 +727,199 @@ fn fused_dense_kernels_equal_the_rule_path() {
             seed,
         );
     }
+}
+
+/// Both VJP methods, one and two states per neuron, batched (`B = 2`) and
+/// not, over `op`; `x` is `(B?, n_in)`.
+fn fast_vs_generic_leaky(
+    params: &[(&str, &[usize])],
+    n_in: usize,
+    n_out: usize,
+    op: impl Fn() -> Op,
+    seed: u64,
+) {
+    for batch in [Some(2), None] {
+        let x_shape: Vec<usize> = batch.into_iter().chain([n_in]).collect();
+        for base in [
+            DRtrl::default(),
+            DRtrl::default().vjp_method(VjpMethod::MultiStep),
+        ] {
+            fast_vs_generic(
+                || leaky(params, &[n_out], op()),
+                batch,
+                &x_shape,
+                base,
+                seed,
+            );
+            fast_vs_generic(
+                || leaky2(params, &[n_out], op()),
+                batch,
+                &x_shape,
+                base,
+                seed,
+            );
+        }
+    }
+}
+
+fn transforms(w: Option<&str>, b: Option<&str>) -> Transforms {
+    Transforms {
+        weight_fn: w.and_then(ElemFn::builtin),
+        bias_fn: b.and_then(ElemFn::builtin),
+        ..Transforms::default()
+    }
+}
+
+#[test]
+fn fused_kernels_with_transforms_equal_the_rule_path() {
+    // Dense with weight and bias transforms (etp_mm, etp_mv).
+    for (w, b) in [
+        (Some("tanh"), Some("softplus")),
+        (Some("square"), None),
+        (None, Some("exp")),
+    ] {
+        let op = move || -> Op {
+            Box::new(move |c, x| matmul(x, &p(c, "W")?, Some(&p(c, "b")?), &transforms(w, b)))
+        };
+        fast_vs_generic_leaky(&[("W", &[3, 4]), ("b", &[4])], 3, 4, op, 20);
+    }
+    // etp_elemwise with weight_fn: DiagNet's sigmoid decay.
+    for base in [
+        DRtrl::default(),
+        DRtrl::default().vjp_method(VjpMethod::MultiStep),
+    ] {
+        fast_vs_generic(|| DiagNet::new(3, 5), Some(2), &[2, 3], base, 21);
+    }
+}
+
+#[test]
+fn fused_sparse_kernels_equal_the_rule_path() {
+    // Rows with 0, 1 and several entries; a column without any.
+    let s = CsrStructure::from_dense_pattern(5, 4, |r, c| (r + 2 * c) % 3 != 0 && r != 2 && c != 3);
+    let nnz = s.nnz();
+    for (w, b) in [(None, None), (Some("tanh"), Some("softplus"))] {
+        let st = s.clone();
+        let op = move || -> Op {
+            let st = st.clone();
+            Box::new(move |c, x| {
+                sparse_matmul(x, &p(c, "w")?, &st, Some(&p(c, "b")?), &transforms(w, b))
+            })
+        };
+        fast_vs_generic_leaky(&[("w", &[nnz]), ("b", &[4])], 5, 4, op, 30);
+    }
+    // Without a bias.
+    let op = move || -> Op {
+        let st = s.clone();
+        Box::new(move |c, x| sparse_matmul(x, &p(c, "w")?, &st, None, &transforms(None, None)))
+    };
+    fast_vs_generic_leaky(&[("w", &[nnz])], 5, 4, op, 31);
+}
+
+#[test]
+fn fused_lora_kernels_equal_the_rule_path() {
+    let params: &[(&str, &[usize])] = &[("B", &[3, 2]), ("A", &[2, 4]), ("b", &[4])];
+    for (bf, af, cf) in [
+        (None, None, None),
+        (Some("tanh"), Some("square"), Some("softplus")),
+    ] {
+        let op = move || -> Op {
+            Box::new(move |c, x| {
+                let t = Transforms {
+                    b_fn: bf.and_then(ElemFn::builtin),
+                    a_fn: af.and_then(ElemFn::builtin),
+                    bias_fn: cf.and_then(ElemFn::builtin),
+                    ..Transforms::default()
+                };
+                lora_matmul(x, &p(c, "B")?, &p(c, "A")?, 0.5, Some(&p(c, "b")?), &t)
+            })
+        };
+        fast_vs_generic_leaky(params, 3, 4, op, 40);
+    }
+}
+
+/// The fused kernels in f32 against f64 (fast paths on in both) over 8 steps.
+fn f32_vs_f64<M: Model>(
+    make: impl Fn() -> M,
+    batch: Option<usize>,
+    x_shape: &[usize],
+    y_shape: &[usize],
+) {
+    let run = |dt: DType| {
+        let model = make();
+        let state = ModelState::new(&model, dt, 4, batch).unwrap();
+        let mut l = compile(
+            model,
+            state,
+            DRtrl::default(),
+            &Tensor::zeros(x_shape, dt),
+            batch,
+        )
+        .unwrap();
+        assert!(!l.explain().contains("fused trace kernels: 0 of"));
+        l.etrace_grad(
+            &draw(&[&[8], x_shape].concat(), 1),
+            &draw(&[&[8], y_shape].concat(), 2),
+            mse,
+            Reduction::Mean,
+        )
+        .unwrap()
+        .grads
+    };
+    let (a, b) = (run(DType::F32), run(DType::F64));
+    for (k, g) in &b {
+        assert_eq!(a[k].dtype(), DType::F32);
+        let (x, y) = (a[k].to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
+        // f32 rounding over 8 steps: 1e-5 relative to the largest entry.
+        let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (u, v) in x.iter().zip(&y) {
+            assert!((u - v).abs() <= 1e-5 * scale, "{k}: f32 {u} vs f64 {v}");
+        }
+    }
+}
+
+#[test]
+fn fused_kernels_in_f32_agree_with_f64() {
+    let st = CsrStructure::from_dense_pattern(5, 4, |r, c| (r + c) % 2 == 0);
+    let nnz = st.nnz();
+    let sparse = move || {
+        let st = st.clone();
+        let op: Op = Box::new(move |c, x| {
+            sparse_matmul(
+                x,
+                &p(c, "w")?,
+                &st,
+                Some(&p(c, "b")?),
+                &transforms(Some("tanh"), Some("softplus")),
+            )
+        });
+        leaky2(&[("w", &[nnz]), ("b", &[4])], &[4], op)
+    };
+    f32_vs_f64(&sparse, Some(2), &[2, 5], &[2, 4]);
+    f32_vs_f64(&sparse, None, &[5], &[4]);
+    let lora = || {
+        let op: Op = Box::new(|c, x| {
+            let t = Transforms {
+                b_fn: ElemFn::builtin("tanh"),
+                a_fn: ElemFn::builtin("square"),
+                ..Transforms::default()
+            };
+            lora_matmul(x, &p(c, "B")?, &p(c, "A")?, 0.5, Some(&p(c, "b")?), &t)
+        });
+        leaky(&[("B", &[5, 2]), ("A", &[2, 4]), ("b", &[4])], &[4], op)
+    };
+    f32_vs_f64(lora, Some(2), &[2, 5], &[2, 4]);
+    let dense = || {
+        let op: Op = Box::new(|c, x| {
+            matmul(
+                x,
+                &p(c, "W")?,
+                Some(&p(c, "b")?),
+                &transforms(Some("tanh"), Some("exp")),
+            )
+        });
+        leaky2(&[("W", &[5, 4]), ("b", &[4])], &[4], op)
+    };
+    f32_vs_f64(dense, Some(2), &[2, 5], &[2, 4]);
 }
 
 #[test]

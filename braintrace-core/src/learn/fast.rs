@@ -1,25 +1,35 @@
-//! Fused, in-place D-RTRL trace kernels for the dense built-ins (`etp_mm`,
-//! `etp_mv` without weight or bias transforms, as braintrace's fast path).
+//! Fused, in-place D-RTRL trace kernels for the built-in primitives (dense
+//! `etp_mm` / `etp_mv`, `etp_elemwise`, sparse `etp_sp_mm` / `etp_sp_mv`,
+//! LoRA `etp_lora_mm` / `etp_lora_mv`, with or without their element-wise
+//! weight transforms), as braintrace's fast path.
 //!
 //! One pass over each trace per step applies the hidden Jacobian, adds the
 //! instantaneous term and accumulates the gradient, on buffers the learner
 //! owns — no allocation per step:
 //!
 //! ```text
-//! ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a]      (bias: x = 1, no i)
+//! ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a] f'(W)[i,o]   (bias: x = 1, no i)
 //! ∇[i,o]    += Σ_{b,a} g[b,o,a] ε[b,i,o,a]                        (after the update for
 //!                                                                 single-step, before it
 //!                                                                 for multi-step)
 //! ```
 //!
-//! The same numbers as the registered rules (`yw_to_w`, `xy_to_dw`,
-//! `yw_to_w` as solve), checked by a test against the generic path.
+//! `f'(W)` (1 without a transform) is computed once per `etrace_grad` or
+//! `update` call (the parameters are constant within one), as are LoRA's
+//! input map `b_fn(B)` and its gradient map `dB = α G a_fn(A)ᵀ ⊙ b_fn'(B)`,
+//! applied once to the gradient `G` accumulated over the call.
+//!
+//! The same numbers as the registered rules (`yw_to_w`, `xy_to_dw` or
+//! `instant_drtrl`, and `yw_to_w` or `solve_drtrl` as solve), checked by
+//! tests against the generic path.
 
 use crate::error::{Error, Result};
-use crate::etp::{ParamValue, Params};
+use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params};
+use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, Aval, DType, Tensor};
 use num_traits::Float;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// When, relative to the trace update, the gradient is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,21 +43,46 @@ pub(crate) enum Solve {
 }
 
 /// What a fused D-RTRL trace kernel computes; the kernel must equal the
-/// primitive's registered rules (`yw_to_w`, `xy_to_dw` and the solve) for
-/// every equation it [applies](FusedKernel::applies) to.
+/// primitive's registered rules (`yw_to_w`, `xy_to_dw` or `instant_drtrl`,
+/// and the solve) for every equation it [applies](FusedKernel::applies) to.
+///
+/// Every kind reads the optional element-wise transforms of its
+/// parameters from the equation's params (`weight_fn`, `bias_fn`; LoRA's
+/// `b_fn`, `a_fn`, `bias_fn`; [`ElemFn`]s, absent or `None` for the
+/// identity): the instantaneous term of a transformed parameter's trace is
+/// scaled by the transform's derivative at the parameter, `f'(W)`, as the
+/// built-in rules do. The derivative is computed once per `etrace_grad` or
+/// `update` call. A primitive whose params use these names for anything
+/// else must not register a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FusedKind {
-    /// Traces on the output axis, as a dense product `y = x @ W + b` or an
-    /// element-wise weight `y = w` has them: the `weight` trace of a
-    /// primitive with an input is `(B?, I, O, S)` with
-    /// `ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a]`, and its
-    /// gradient `∇[i,o] += Σ_{b,a} g[b,o,a] ε[b,i,o,a]`; every other trace
-    /// (a bias, or the weight of a primitive without input) is `(B?, O, S)`
-    /// with `x = 1` and the gradient shaped `(O,)`. The parameters must have
-    /// exactly these shapes (checked at compile: a learner runs the rules
-    /// for an equation whose shapes differ).
+    /// Traces on the output axis, as a dense product `y = x @ f(W) + g(b)`
+    /// or an element-wise weight `y = f(w)` has them: the `weight` trace of
+    /// a primitive with an input is `(B?, I, O, S)` with
+    /// `ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a] f'(W)[i,o]`,
+    /// and its gradient `∇[i,o] += Σ_{b,a} g[b,o,a] ε[b,i,o,a]`; every other
+    /// trace (a bias, or the weight of a primitive without input) is
+    /// `(B?, O, S)` with `x = 1` and the gradient shaped `(O,)`. The
+    /// parameters must have exactly these shapes (checked at compile: a
+    /// learner runs the rules for an equation whose shapes differ).
     Dense,
+    /// A sparse product `y = x @ M(f(w)) + g(b)` over the fixed CSR
+    /// structure in the `sparse_mat` param ([`CsrStructure`]): the `weight`
+    /// trace is `(B?, nnz, S)` with
+    /// `ε[b,p,a] ← Σ_c D[b,col(p),a,c] ε[b,p,c] + x[b,row(p)] Df[b,col(p),a] f'(w)[p]`
+    /// and `∇[p] += Σ_{b,a} g[b,col(p),a] ε[b,p,a]`; the bias as
+    /// [`Dense`](FusedKind::Dense).
+    Sparse,
+    /// A low-rank product `y = α x @ b_fn(B) @ a_fn(A) + g(b)` (`B (I, r)`
+    /// under `lora_b`, `A (r, O)` under `lora_a`, the scale in the `alpha`
+    /// param): the `lora_b` trace is the effective weight's, `(B?, I, O, S)`,
+    /// updated as [`Dense`](FusedKind::Dense)'s weight with input `x`; its
+    /// gradient `G = Σ g ε` is mapped once per call to
+    /// `dB = α (G a_fn(A)ᵀ) ⊙ b_fn'(B)`. The `lora_a` trace
+    /// `(B?, r, O, S)` is a dense weight trace with input `α (x b_fn(B))`
+    /// and scale `a_fn'(A)`; the bias as [`Dense`](FusedKind::Dense).
+    Lora,
 }
 
 /// A fused, in-place D-RTRL trace kernel registered for an ETP primitive,
@@ -57,9 +92,12 @@ pub enum FusedKind {
 /// is on; every other equation runs through the rules — still correct,
 /// just slower.
 ///
-/// The built-in entries: `etp_mm` and `etp_mv` without weight or bias
-/// transforms, `etp_elemwise` without `weight_fn`. A library registers its
-/// own with [`inventory`]-style submission:
+/// The built-in entries: `etp_mm`, `etp_mv` and `etp_elemwise`
+/// ([`FusedKind::Dense`]), `etp_sp_mm` and `etp_sp_mv`
+/// ([`FusedKind::Sparse`]), `etp_lora_mm` and `etp_lora_mv`
+/// ([`FusedKind::Lora`]), each with or without weight and bias transforms.
+/// `etp_conv` has none (its relations run through the rules). A library
+/// registers its own with [`inventory`]-style submission:
 ///
 /// ```
 /// use braintrace_core::learn::{FusedKernel, FusedKind};
@@ -78,7 +116,7 @@ pub struct FusedKernel {
     /// What the kernel computes.
     pub kind: FusedKind,
     /// Whether the kernel equals the rules for an equation with these
-    /// parameters (e.g. only without a weight transform).
+    /// parameters.
     pub applies: fn(&Params) -> bool,
 }
 
@@ -89,14 +127,52 @@ pub fn fused_kernels() -> impl Iterator<Item = &'static FusedKernel> {
     inventory::iter::<FusedKernel>.into_iter()
 }
 
-fn no_hooks(params: &Params) -> bool {
-    let none = |k: &str| matches!(params.raw(k), None | Some(ParamValue::None));
-    none("weight_fn") && none("bias_fn")
+/// The transform under `key`: `None` when absent or `None`; an error when
+/// the param holds something that is not a transform.
+fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
+    match params.raw(key) {
+        None | Some(ParamValue::None) => Ok(None),
+        Some(v) => ElemFn::from_param(v).map(Some).ok_or_else(|| {
+            Error::invalid(
+                "D-RTRL fused kernel",
+                format!("param `{key}` is not an element-wise transform"),
+            )
+        }),
+    }
 }
 
-inventory::submit! { FusedKernel { primitive: "etp_mm", kind: FusedKind::Dense, applies: no_hooks } }
-inventory::submit! { FusedKernel { primitive: "etp_mv", kind: FusedKind::Dense, applies: no_hooks } }
-inventory::submit! { FusedKernel { primitive: "etp_elemwise", kind: FusedKind::Dense, applies: no_hooks } }
+/// Every transform the kind reads is a transform (or absent).
+fn hooks_readable(params: &Params) -> bool {
+    ["weight_fn", "bias_fn", "b_fn", "a_fn"]
+        .iter()
+        .all(|k| elem_fn(params, k).is_ok())
+}
+
+/// The sparse structure is readable.
+fn has_structure(params: &Params) -> bool {
+    hooks_readable(params)
+        && params
+            .raw("sparse_mat")
+            .and_then(CsrStructure::from_param)
+            .is_some()
+}
+
+/// LoRA's scale is readable.
+fn has_alpha(params: &Params) -> bool {
+    hooks_readable(params)
+        && params
+            .raw("alpha")
+            .and_then(f64::from_param)
+            .is_some_and(f64::is_finite)
+}
+
+inventory::submit! { FusedKernel { primitive: "etp_mm", kind: FusedKind::Dense, applies: hooks_readable } }
+inventory::submit! { FusedKernel { primitive: "etp_mv", kind: FusedKind::Dense, applies: hooks_readable } }
+inventory::submit! { FusedKernel { primitive: "etp_elemwise", kind: FusedKind::Dense, applies: hooks_readable } }
+inventory::submit! { FusedKernel { primitive: "etp_sp_mm", kind: FusedKind::Sparse, applies: has_structure } }
+inventory::submit! { FusedKernel { primitive: "etp_sp_mv", kind: FusedKind::Sparse, applies: has_structure } }
+inventory::submit! { FusedKernel { primitive: "etp_lora_mm", kind: FusedKind::Lora, applies: has_alpha } }
+inventory::submit! { FusedKernel { primitive: "etp_lora_mv", kind: FusedKind::Lora, applies: has_alpha } }
 
 /// Whether the traces and parameters of a relation have the shapes `kind`
 /// is written for (`vs`: the hidden group's shape, batch included; `keys`:
@@ -108,25 +184,79 @@ pub(crate) fn shapes_fit(
     s: usize,
     keys: &[(String, Aval)],
     weights: &BTreeMap<String, Aval>,
+    params: &Params,
 ) -> bool {
+    let Some((&o, lead)) = vs.split_last() else {
+        return false;
+    };
+    let bias_fits = |w: &Aval, trace: &Aval| -> bool {
+        w.shape() == [o] && trace.shape() == [vs, &[s]].concat()
+    };
+    // x: (B?, I) with the hidden group's leading axes.
+    let x_in = || -> Option<usize> {
+        let (&i, xlead) = x?.shape().split_last()?;
+        (xlead == lead).then_some(i)
+    };
     match kind {
-        FusedKind::Dense => {
-            let Some((&o, lead)) = vs.split_last() else {
+        FusedKind::Dense => keys.iter().all(|(k, trace)| {
+            let Some(w) = weights.get(k) else {
                 return false;
             };
+            match x.filter(|_| k == "weight") {
+                Some(_) => {
+                    let Some(i) = x_in() else {
+                        return false;
+                    };
+                    let want = [lead, &[i, o, s]].concat();
+                    w.shape() == [i, o] && trace.shape() == want
+                }
+                None => bias_fits(w, trace),
+            }
+        }),
+        FusedKind::Sparse => {
+            let Some(st) = params.raw("sparse_mat").and_then(CsrStructure::from_param) else {
+                return false;
+            };
+            let Some(i) = x_in() else {
+                return false;
+            };
+            st.shape == (i, o)
+                && keys.iter().all(|(k, trace)| {
+                    let Some(w) = weights.get(k) else {
+                        return false;
+                    };
+                    match k.as_str() {
+                        "weight" => {
+                            w.shape() == [st.nnz()]
+                                && trace.shape() == [lead, &[st.nnz(), s]].concat()
+                        }
+                        "bias" => bias_fits(w, trace),
+                        _ => false,
+                    }
+                })
+        }
+        FusedKind::Lora => {
+            let Some(i) = x_in() else {
+                return false;
+            };
+            let (Some(b), Some(a)) = (weights.get("lora_b"), weights.get("lora_a")) else {
+                return false;
+            };
+            let [bi, r] = b.shape() else {
+                return false;
+            };
+            if *bi != i || a.shape() != [*r, o] {
+                return false;
+            }
             keys.iter().all(|(k, trace)| {
                 let Some(w) = weights.get(k) else {
                     return false;
                 };
-                match x.filter(|_| k == "weight") {
-                    Some(x) => {
-                        let Some((&i, xlead)) = x.shape().split_last() else {
-                            return false;
-                        };
-                        let want = [lead, &[i, o, s]].concat();
-                        xlead == lead && w.shape() == [i, o] && trace.shape() == want
-                    }
-                    None => w.shape() == [o] && trace.shape() == [vs, &[s]].concat(),
+                match k.as_str() {
+                    "lora_b" => trace.shape() == [lead, &[i, o, s]].concat(),
+                    "lora_a" => trace.shape() == [lead, &[*r, o, s]].concat(),
+                    "bias" => bias_fits(w, trace),
+                    _ => false,
                 }
             })
         }
@@ -140,18 +270,69 @@ pub(crate) fn kernel_for(name: &str, params: &Params) -> Option<FusedKind> {
         .map(|k| k.kind)
 }
 
+/// A sparse weight's structure, as the kernel reads it.
+#[derive(Debug)]
+struct SparseIdx {
+    /// Input row of each stored entry.
+    rows: Vec<usize>,
+    /// Output column of each stored entry.
+    cols: Vec<usize>,
+    /// Inputs (`x`'s last axis).
+    n_in: usize,
+}
+
+/// A LoRA leaf's role.
+#[derive(Clone, Debug)]
+enum LoraLeaf {
+    /// `lora_a`: input `α (x b_fn(B))`; `deps[1]` is `B`.
+    A { alpha: f64, b_fn: Option<ElemFn> },
+    /// `lora_b`: the effective weight's trace, its gradient mapped to `B`;
+    /// `deps[1]` is `A`.
+    B {
+        alpha: f64,
+        a_fn: Option<ElemFn>,
+        b_fn: Option<ElemFn>,
+    },
+}
+
+/// What a leaf derives from the parameters once per call.
+#[derive(Clone, Debug, Default)]
+struct Prepared {
+    /// The parameters it was derived from (held, so that an in-place
+    /// change copies them first and the identity check below is sound).
+    from: Vec<Tensor>,
+    /// `f'(W)` of the leaf's transform, contiguous, in the trace's dtype.
+    scale: Option<ArrayData>,
+    /// LoRA `lora_a`: `b_fn(B)`.
+    input_map: Option<Tensor>,
+    /// LoRA `lora_b`: `a_fn(A)` and `b_fn'(B)`.
+    grad_map: Option<(Tensor, Option<Tensor>)>,
+}
+
 /// A learner-owned trace buffer of one trainable of a fast pair.
 #[derive(Clone, Debug)]
 pub(crate) struct FastTrace {
-    /// `weight` (has an input axis) or `bias`.
+    /// Whether the trace has an input axis (a weight with `x`).
     pub has_input: bool,
-    /// The trace, state-major: `(B?, I?, S, O)` in standard layout (the
-    /// learner's public layout is `(B?, I?, O, S)`; the two are the same for
-    /// one state per neuron). One state's row over the outputs is then
+    /// The trace. Dense: state-major, `(B?, I?, S, O)` in standard layout
+    /// (the learner's public layout is `(B?, I?, O, S)`; the two are the
+    /// same for one state per neuron): one state's row over the outputs is
     /// contiguous, so the kernel vectorises over outputs for any `S`.
+    /// Sparse weight: the public layout `(B?, nnz, S)`.
     pub data: ArrayData,
-    /// The gradient accumulated since the last `take_grad`, shaped like the parameter.
+    /// The gradient accumulated since the last `take_grad`, shaped like the
+    /// parameter (LoRA `lora_b`: like the effective weight, `(I, O)`).
     pub grad: ArrayData,
+    /// A sparse weight's structure.
+    sparse: Option<Arc<SparseIdx>>,
+    /// The transform whose derivative scales the instantaneous term.
+    hook: Option<ElemFn>,
+    /// A LoRA `lora_a` / `lora_b` leaf.
+    lora: Option<LoraLeaf>,
+    /// The parameters (indices) the leaf derives its per-call values from;
+    /// the first is its own.
+    deps: Vec<usize>,
+    prep: Prepared,
 }
 
 /// Zeros, allocated lazily by the OS (`calloc`): a large trace costs
@@ -168,19 +349,137 @@ fn zeros(dtype: DType, shape: &[usize]) -> Result<ArrayData> {
     }
 }
 
+/// A tensor's data in `dt`, row-major (one strided copy when it is not).
+fn contiguous(t: &Tensor, dt: DType) -> Result<ArrayData> {
+    let t = t.cast(dt)?;
+    Ok(match t.data()? {
+        ArrayData::F32(a) if !a.is_standard_layout() => ArrayData::F32(to_standard(a.view())),
+        ArrayData::F64(a) if !a.is_standard_layout() => ArrayData::F64(to_standard(a.view())),
+        other => other.clone(),
+    })
+}
+
 impl FastTrace {
-    pub(crate) fn new(
-        has_input: bool,
+    /// The buffer of trainable `key` of a relation run by `kind`:
+    /// `trace_shape` in the public layout, `param_shape` the parameter's,
+    /// `index` the relation's trainables' parameter indices.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn for_leaf(
+        kind: FusedKind,
+        key: &str,
+        has_x: bool,
         trace_shape: &[usize],
         param_shape: &[usize],
         dtype: DType,
+        params: &Params,
+        index: &BTreeMap<String, usize>,
     ) -> Result<Self> {
-        Ok(FastTrace {
-            has_input,
+        let op = "D-RTRL fused kernel";
+        let own = *index
+            .get(key)
+            .ok_or_else(|| Error::invalid(op, format!("no trainable `{key}`")))?;
+        let other = |k: &str| -> Result<usize> {
+            index
+                .get(k)
+                .copied()
+                .ok_or_else(|| Error::invalid(op, format!("no trainable `{k}`")))
+        };
+        let hook_key = match (kind, key) {
+            (_, "bias") => "bias_fn",
+            (FusedKind::Lora, "lora_a") => "a_fn",
+            (FusedKind::Lora, _) => "",
+            _ => "weight_fn",
+        };
+        let hook = if hook_key.is_empty() {
+            None
+        } else {
+            elem_fn(params, hook_key)?
+        };
+        let mut t = FastTrace {
+            has_input: has_x && key != "bias",
             data: zeros(dtype, &swap_last2(trace_shape))?,
             grad: zeros(dtype, param_shape)?,
-        })
+            sparse: None,
+            hook,
+            lora: None,
+            deps: vec![own],
+            prep: Prepared::default(),
+        };
+        match (kind, key) {
+            (FusedKind::Sparse, "weight") => {
+                let st = params
+                    .raw("sparse_mat")
+                    .and_then(CsrStructure::from_param)
+                    .ok_or_else(|| Error::invalid(op, "no readable `sparse_mat` param"))?;
+                t.sparse = Some(Arc::new(SparseIdx {
+                    rows: st.rows(),
+                    cols: st.indices.clone(),
+                    n_in: st.shape.0,
+                }));
+                // The public layout: one entry's states side by side.
+                t.data = zeros(dtype, trace_shape)?;
+            }
+            (FusedKind::Lora, "lora_a" | "lora_b") => {
+                let alpha = params.get::<f64>(op, "alpha")?;
+                let b_fn = elem_fn(params, "b_fn")?;
+                if key == "lora_a" {
+                    t.lora = Some(LoraLeaf::A { alpha, b_fn });
+                    t.deps.push(other("lora_b")?);
+                } else {
+                    let n = trace_shape.len();
+                    if n < 3 {
+                        return Err(Error::invalid(op, "a lora_b trace is (B?, I, O, S)"));
+                    }
+                    t.grad = zeros(dtype, &trace_shape[n - 3..n - 1])?;
+                    t.lora = Some(LoraLeaf::B {
+                        alpha,
+                        a_fn: elem_fn(params, "a_fn")?,
+                        b_fn,
+                    });
+                    t.deps.push(other("lora_a")?);
+                }
+            }
+            _ => {}
+        }
+        Ok(t)
     }
+
+    /// Derive the per-call values from the current parameters (a no-op
+    /// when they are the tensors of the last call).
+    pub(crate) fn prepare(&mut self, params: &[Tensor]) -> Result<()> {
+        let cur: Vec<Tensor> = self.deps.iter().map(|&i| params[i].clone()).collect();
+        let same = self.prep.from.len() == cur.len()
+            && self.prep.from.iter().zip(&cur).all(|(a, b)| a.ptr_eq(b));
+        if same {
+            return Ok(());
+        }
+        let dt = self.data.dtype();
+        let scale = match &self.hook {
+            Some(f) => Some(contiguous(&f.derivative(&cur[0])?, dt)?),
+            None => None,
+        };
+        let (mut input_map, mut grad_map) = (None, None);
+        match &self.lora {
+            Some(LoraLeaf::A { b_fn, .. }) => input_map = Some(apply_fn(b_fn, &cur[1])?),
+            Some(LoraLeaf::B { a_fn, b_fn, .. }) => {
+                let af = apply_fn(a_fn, &cur[1])?;
+                let db = match b_fn {
+                    Some(f) => Some(f.derivative(&cur[0])?),
+                    None => None,
+                };
+                grad_map = Some((af, db));
+            }
+            None => {}
+        }
+        self.prep = Prepared {
+            from: cur,
+            scale,
+            input_map,
+            grad_map,
+        };
+        Ok(())
+    }
+
     /// Zero the trace.
     pub(crate) fn reset(&mut self) -> Result<()> {
         match &mut self.data {
@@ -197,6 +496,9 @@ impl FastTrace {
     }
     /// The trace as a tensor (a copy) in the public layout `(B?, I?, O, S)`.
     pub(crate) fn tensor(&self) -> Tensor {
+        if self.sparse.is_some() {
+            return Tensor::from_data(self.data.clone());
+        }
         // One strided copy of the state-major buffer, axes swapped back.
         fn swapped<T: Clone>(a: &ndarray::ArrayD<T>) -> ndarray::ArrayD<T> {
             let mut v = a.view();
@@ -212,11 +514,31 @@ impl FastTrace {
             other => other.clone(),
         })
     }
-    /// The accumulated gradient (a copy), and zero the accumulator.
+    /// Zero the gradient accumulator, dropping its contents.
+    pub(crate) fn drop_grad(&mut self) -> Result<()> {
+        self.grad = zeros(self.grad.dtype(), self.grad.shape())?;
+        Ok(())
+    }
+    /// The gradient accumulated since the last call (LoRA `lora_b`: mapped
+    /// to `B` with the parameters of the last [`prepare`](Self::prepare),
+    /// which must be those of the steps it accumulates), and zero the
+    /// accumulator.
     pub(crate) fn take_grad(&mut self) -> Result<Tensor> {
         let fresh = zeros(self.grad.dtype(), self.grad.shape())?;
-        let g = std::mem::replace(&mut self.grad, fresh);
-        Ok(Tensor::from_data(g))
+        let g = Tensor::from_data(std::mem::replace(&mut self.grad, fresh));
+        match &self.lora {
+            Some(LoraLeaf::B { alpha, .. }) => {
+                let (af, db) = self.prep.grad_map.as_ref().ok_or_else(|| {
+                    Error::invalid("D-RTRL fused LoRA kernel", "gradient taken before prepare")
+                })?;
+                let g = g.matmul(&af.t()?)?.mul_scalar(*alpha)?;
+                match db {
+                    Some(db) => g.mul(db),
+                    None => Ok(g),
+                }
+            }
+            _ => Ok(g),
+        }
     }
 
     /// One fused step. `x`: `(B?, I)` (ignored for a bias); `d`: `(B?, O, S, S)`;
@@ -231,14 +553,119 @@ impl FastTrace {
     ) -> Result<()> {
         let op = "D-RTRL fused dense kernel";
         let dshape = d.shape().to_vec();
-        let (o, s) = (dshape[dshape.len() - 3], dshape[dshape.len() - 1]);
-        let batch: usize = dshape[..dshape.len() - 3].iter().product();
         if dshape.len() < 3 || df.ndim() < 2 {
             return Err(Error::shape(
                 op,
                 format!("D {dshape:?}, Df {:?}", df.shape()),
                 "D must be (B?, O, S, S) and Df (B?, O, S)",
             ));
+        }
+        let (o, s) = (dshape[dshape.len() - 3], dshape[dshape.len() - 1]);
+        let batch: usize = dshape[..dshape.len() - 3].iter().product();
+        let dt = self.data.dtype();
+        // LoRA `lora_a`: the input is `α (x b_fn(B))`.
+        let lora_x;
+        let x = match (&self.lora, x) {
+            (Some(LoraLeaf::A { alpha, .. }), Some(x)) => {
+                let bf = self.prep.input_map.as_ref().ok_or_else(|| {
+                    Error::invalid("D-RTRL fused LoRA kernel", "step before prepare")
+                })?;
+                lora_x = x.matmul(bf)?.mul_scalar(*alpha)?;
+                Some(&lora_x)
+            }
+            (_, x) => x,
+        };
+        let xd = match (self.has_input, x) {
+            (true, Some(x)) => Some(contiguous(x, dt)?),
+            (true, None) => return Err(Error::invalid(op, "a weight trace needs x")),
+            _ => None,
+        };
+        let threads_for = |n: usize| {
+            if n >= PAR_MIN_ELEMS {
+                rayon::current_num_threads()
+            } else {
+                1
+            }
+        };
+        if let Some(sp) = self.sparse.clone() {
+            // Public layouts: D (B?, O, S, S), Df and g (B?, O, S), gathered by column.
+            let nnz = sp.cols.len();
+            let dims = SpDims {
+                batch,
+                nnz,
+                n_in: sp.n_in,
+                o,
+                s,
+            };
+            let want = [
+                batch * nnz * s,
+                batch * sp.n_in,
+                batch * o * s * s,
+                batch * o * s,
+            ];
+            let have = [
+                self.data.shape().iter().product::<usize>(),
+                xd.as_ref().map_or(0, |a| a.shape().iter().product()),
+                d.shape().iter().product(),
+                df.shape().iter().product(),
+            ];
+            let scale_ok = self
+                .prep
+                .scale
+                .as_ref()
+                .is_none_or(|a| a.shape().iter().product::<usize>() == nnz);
+            let g_ok = g.is_none_or(|g| g.shape().iter().product::<usize>() == batch * o * s);
+            if want != have || !scale_ok || !g_ok || sp.rows.len() != nnz {
+                return Err(Error::shape(
+                    "D-RTRL fused sparse kernel",
+                    format!("trace, x, D, Df: {have:?} elements, want {want:?}"),
+                    "trace, input, D and Df disagree",
+                ));
+            }
+            let (dd, dfd) = (contiguous(d, dt)?, contiguous(df, dt)?);
+            let gd = g.map(|g| contiguous(g, dt)).transpose()?;
+            let threads = threads_for(batch * nnz * s);
+            let sc = self.prep.scale.as_ref();
+            match (&mut self.data, &mut self.grad, &dd, &dfd) {
+                (ArrayData::F32(e), ArrayData::F32(gr), ArrayData::F32(d), ArrayData::F32(df)) => {
+                    let ops = Operands {
+                        x: xd.as_ref().map(slice32).transpose()?,
+                        d: std(d)?,
+                        df: std(df)?,
+                        g: gd.as_ref().map(slice32).transpose()?,
+                        scale: sc.map(slice32).transpose()?,
+                    };
+                    sparse_fused(
+                        dims,
+                        &sp,
+                        slice_mut(e)?,
+                        slice_mut(gr)?,
+                        ops,
+                        solve,
+                        threads,
+                    );
+                }
+                (ArrayData::F64(e), ArrayData::F64(gr), ArrayData::F64(d), ArrayData::F64(df)) => {
+                    let ops = Operands {
+                        x: xd.as_ref().map(slice64).transpose()?,
+                        d: std(d)?,
+                        df: std(df)?,
+                        g: gd.as_ref().map(slice64).transpose()?,
+                        scale: sc.map(slice64).transpose()?,
+                    };
+                    sparse_fused(
+                        dims,
+                        &sp,
+                        slice_mut(e)?,
+                        slice_mut(gr)?,
+                        ops,
+                        solve,
+                        threads,
+                    );
+                }
+                _ => return Err(Error::dtype(op, "traces must be f32 or f64")),
+            }
+            return Ok(());
         }
         let tshape = swap_last2(self.data.shape());
         let i = if self.has_input {
@@ -253,20 +680,15 @@ impl FastTrace {
                 "trace and D disagree",
             ));
         }
-        let dt = self.data.dtype();
-        let contiguous = |t: &Tensor| -> Result<ArrayData> {
-            let t = t.cast(dt)?;
-            // Row-major data as it is; otherwise one strided copy.
-            Ok(match t.data()? {
-                ArrayData::F32(a) if !a.is_standard_layout() => {
-                    ArrayData::F32(to_standard(a.view()))
-                }
-                ArrayData::F64(a) if !a.is_standard_layout() => {
-                    ArrayData::F64(to_standard(a.view()))
-                }
-                other => other.clone(),
-            })
-        };
+        if let Some(sc) = &self.prep.scale {
+            if sc.shape().iter().product::<usize>() != i * o {
+                return Err(Error::shape(
+                    op,
+                    format!("f'(W) {:?}, trace {tshape:?}", sc.shape()),
+                    "the transform's derivative must be shaped like the parameter",
+                ));
+            }
+        }
         // State-major operands: D (B?, S, S, O), Df and g (B?, S, O).
         let nd = d.ndim();
         let mut dperm: Vec<usize> = (0..nd).collect();
@@ -281,55 +703,31 @@ impl FastTrace {
         };
         let df = state_major(df)?;
         let g = g.map(state_major).transpose()?;
-        let g = g.as_ref();
-        let (dd, dfd) = (contiguous(&d)?, contiguous(&df)?);
-        let xd = match (self.has_input, x) {
-            (true, Some(x)) => Some(contiguous(x)?),
-            (true, None) => return Err(Error::invalid(op, "a weight trace needs x")),
-            _ => None,
-        };
-        let gd = match g {
-            Some(g) => Some(contiguous(g)?),
-            None => None,
-        };
+        let (dd, dfd) = (contiguous(&d, dt)?, contiguous(&df, dt)?);
+        let gd = g.as_ref().map(|g| contiguous(g, dt)).transpose()?;
         let dims = Dims { batch, i, o, s };
-        let threads = if batch * i * o * s >= PAR_MIN_ELEMS {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
+        let threads = threads_for(batch * i * o * s);
+        let sc = self.prep.scale.as_ref();
         match (&mut self.data, &mut self.grad, &dd, &dfd) {
             (ArrayData::F32(e), ArrayData::F32(gr), ArrayData::F32(d), ArrayData::F32(df)) => {
-                let xs = xd.as_ref().map(|a| slice32(a)).transpose()?;
-                let gs = gd.as_ref().map(|a| slice32(a)).transpose()?;
-                fused(
-                    dims,
-                    slice_mut(e)?,
-                    slice_mut(gr)?,
-                    xs,
-                    std(d)?,
-                    std(df)?,
-                    gs,
-                    solve,
-                    threads,
-                    0,
-                );
+                let ops = Operands {
+                    x: xd.as_ref().map(slice32).transpose()?,
+                    d: std(d)?,
+                    df: std(df)?,
+                    g: gd.as_ref().map(slice32).transpose()?,
+                    scale: sc.map(slice32).transpose()?,
+                };
+                fused(dims, slice_mut(e)?, slice_mut(gr)?, ops, solve, threads, 0);
             }
             (ArrayData::F64(e), ArrayData::F64(gr), ArrayData::F64(d), ArrayData::F64(df)) => {
-                let xs = xd.as_ref().map(|a| slice64(a)).transpose()?;
-                let gs = gd.as_ref().map(|a| slice64(a)).transpose()?;
-                fused(
-                    dims,
-                    slice_mut(e)?,
-                    slice_mut(gr)?,
-                    xs,
-                    std(d)?,
-                    std(df)?,
-                    gs,
-                    solve,
-                    threads,
-                    0,
-                );
+                let ops = Operands {
+                    x: xd.as_ref().map(slice64).transpose()?,
+                    d: std(d)?,
+                    df: std(df)?,
+                    g: gd.as_ref().map(slice64).transpose()?,
+                    scale: sc.map(slice64).transpose()?,
+                };
+                fused(dims, slice_mut(e)?, slice_mut(gr)?, ops, solve, threads, 0);
             }
             _ => return Err(Error::dtype(op, "traces must be f32 or f64")),
         }
@@ -368,6 +766,21 @@ fn slice64(a: &ArrayData) -> Result<&[f64]> {
     }
 }
 
+/// The read-only operands of one step.
+#[derive(Clone, Copy)]
+struct Operands<'a, T> {
+    /// Dense `(batch, i)`; sparse `(batch, n_in)`.
+    x: Option<&'a [T]>,
+    /// Dense `(batch, s, s, o)`; sparse `(batch, o, s, s)`.
+    d: &'a [T],
+    /// Dense `(batch, s, o)`; sparse `(batch, o, s)`.
+    df: &'a [T],
+    /// As `df`.
+    g: Option<&'a [T]>,
+    /// `f'(W)`: dense `(i, o)`; sparse `(nnz,)`.
+    scale: Option<&'a [T]>,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Dims {
     batch: usize,
@@ -380,9 +793,27 @@ struct Dims {
 /// thread: splitting costs more than it saves.
 const PAR_MIN_ELEMS: usize = 1 << 16;
 
+/// Split `e` (`batch` samples of `rows × row_len`) into `rows_per`-row
+/// blocks: `parts[k][b]` is block `k`'s run of sample `b`.
+fn split_rows<T>(
+    e: &mut [T],
+    batch: usize,
+    rows: usize,
+    row_len: usize,
+    rows_per: usize,
+) -> Vec<Vec<&mut [T]>> {
+    let blocks = rows.div_ceil(rows_per);
+    let mut parts: Vec<Vec<&mut [T]>> = (0..blocks).map(|_| Vec::with_capacity(batch)).collect();
+    for sample in e.chunks_mut(rows * row_len) {
+        for (k, piece) in sample.chunks_mut(rows_per * row_len).enumerate() {
+            parts[k].push(piece);
+        }
+    }
+    parts
+}
+
 /// The loop, on state-major buffers. `e`: `(batch, i, s, o)`; `grad`:
-/// `(i, o)`; `x`: `(batch, i)`; `d`: `(batch, s, s, o)`; `df`, `g`:
-/// `(batch, s, o)`.
+/// `(i, o)`; operands as [`Operands`] says.
 ///
 /// Input rows are split into as many blocks as `threads` (one block when it
 /// is 1), run on the current rayon pool: each block owns its gradient rows
@@ -390,15 +821,11 @@ const PAR_MIN_ELEMS: usize = 1 << 16;
 /// write the same memory and the result does not depend on the number of
 /// threads. Within a block the trace is streamed in memory order (sample by
 /// sample); the block's gradient rows stay in cache.
-#[allow(clippy::too_many_arguments)]
 fn fused<T: Float + Send + Sync>(
     dims: Dims,
     e: &mut [T],
     grad: &mut [T],
-    x: Option<&[T]>,
-    d: &[T],
-    df: &[T],
-    g: Option<&[T]>,
+    ops: Operands<'_, T>,
     solve: Solve,
     threads: usize,
     tile: usize,
@@ -412,18 +839,13 @@ fn fused<T: Float + Send + Sync>(
     if batch == 0 || ni == 0 || no == 0 || s == 0 {
         return;
     }
-    let g = g.filter(|_| solve != Solve::None);
+    let ops = Operands {
+        g: ops.g.filter(|_| solve != Solve::None),
+        ..ops
+    };
     let blocks = threads.clamp(1, ni);
     let rows_per = ni.div_ceil(blocks);
-    let blocks = ni.div_ceil(rows_per);
-    let row_len = no * s;
-    // parts[k][b]: block k's trace rows of sample b.
-    let mut parts: Vec<Vec<&mut [T]>> = (0..blocks).map(|_| Vec::with_capacity(batch)).collect();
-    for sample in e.chunks_mut(ni * row_len) {
-        for (k, piece) in sample.chunks_mut(rows_per * row_len).enumerate() {
-            parts[k].push(piece);
-        }
-    }
+    let mut parts = split_rows(e, batch, ni, no * s, rows_per);
     let ctx = Ctx {
         dims,
         rows_per,
@@ -432,13 +854,10 @@ fn fused<T: Float + Send + Sync>(
         } else {
             tile
         },
-        x,
-        d,
-        df,
-        g,
+        ops,
         solve,
     };
-    if blocks == 1 {
+    if parts.len() == 1 {
         let part = parts.pop().expect("one block");
         block(&ctx, 0, part, grad);
     } else {
@@ -456,10 +875,7 @@ struct Ctx<'a, T> {
     dims: Dims,
     rows_per: usize,
     tile: usize,
-    x: Option<&'a [T]>,
-    d: &'a [T],
-    df: &'a [T],
-    g: Option<&'a [T]>,
+    ops: Operands<'a, T>,
     solve: Solve,
 }
 
@@ -496,11 +912,18 @@ fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, gra
     let Dims {
         i: ni, o: no, s, ..
     } = ctx.dims;
-    let (x, d, df, g, solve) = (ctx.x, ctx.d, ctx.df, ctx.g, ctx.solve);
+    let Operands { x, d, df, g, scale } = ctx.ops;
+    let solve = ctx.solve;
     let row_len = no * s;
     let i0 = k * ctx.rows_per;
     let rows = grad.len() / no;
     let tile = ctx.tile.max(1);
+    // The instantaneous term of a row with a transform: x Df f'(W)[i, :].
+    let mut inst: Vec<T> = if scale.is_some() {
+        vec![T::zero(); row_len]
+    } else {
+        Vec::new()
+    };
     let mut t0 = 0;
     while t0 < rows {
         let t1 = (t0 + tile).min(rows);
@@ -515,17 +938,28 @@ fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, gra
                 .enumerate()
             {
                 let xi = x.map(|x| x[b * ni + i0 + t0 + ii]).unwrap_or_else(T::one);
+                let (xi, f): (T, &[T]) = match scale {
+                    Some(sc) => {
+                        let srow = &sc[(i0 + t0 + ii) * no..(i0 + t0 + ii + 1) * no];
+                        for (fa, ia) in dfb.chunks_exact(no).zip(inst.chunks_exact_mut(no)) {
+                            for ((v, &f), &p) in ia.iter_mut().zip(fa).zip(srow) {
+                                *v = xi * f * p;
+                            }
+                        }
+                        (T::one(), &inst)
+                    }
+                    None => (xi, dfb),
+                };
                 match s {
-                    1 => row1(row, grow, xi, db, dfb, gb, solve),
-                    2 => row2(row, grow, xi, db, dfb, gb, solve),
-                    _ => row_any(s, row, grow, xi, db, dfb, gb, solve),
+                    1 => row1(row, grow, xi, db, f, gb, solve),
+                    2 => row2(row, grow, xi, db, f, gb, solve),
+                    _ => row_any(s, row, grow, xi, db, f, gb, solve),
                 }
             }
         }
         t0 = t1;
     }
 }
-
 /// One trace row, one state per neuron: `D` is diagonal.
 #[inline(always)]
 fn row1<T: Float>(
@@ -658,6 +1092,118 @@ fn row_any<T: Float>(
     row.copy_from_slice(&out);
 }
 
+#[derive(Clone, Copy, Debug)]
+struct SpDims {
+    batch: usize,
+    nnz: usize,
+    n_in: usize,
+    o: usize,
+    s: usize,
+}
+
+/// The sparse loop, on the public layouts: `e`: `(batch, nnz, s)`;
+/// `grad`: `(nnz,)`; `x`: `(batch, n_in)`; `d`: `(batch, o, s, s)`; `df`,
+/// `g`: `(batch, o, s)`; `scale`: `(nnz,)`. Stored entries are split into
+/// blocks across `threads` as [`fused`] splits input rows.
+fn sparse_fused<T: Float + Send + Sync>(
+    dims: SpDims,
+    sp: &SparseIdx,
+    e: &mut [T],
+    grad: &mut [T],
+    ops: Operands<'_, T>,
+    solve: Solve,
+    threads: usize,
+) {
+    let SpDims {
+        batch, nnz, o, s, ..
+    } = dims;
+    if batch == 0 || nnz == 0 || o == 0 || s == 0 {
+        return;
+    }
+    let ops = Operands {
+        g: ops.g.filter(|_| solve != Solve::None),
+        ..ops
+    };
+    let per = nnz.div_ceil(threads.clamp(1, nnz));
+    let mut parts = split_rows(e, batch, nnz, s, per);
+    if parts.len() == 1 {
+        let part = parts.pop().expect("one block");
+        sparse_block(dims, sp, ops, solve, 0, part, grad);
+    } else {
+        use rayon::prelude::*;
+        parts
+            .into_par_iter()
+            .zip(grad.par_chunks_mut(per))
+            .enumerate()
+            .for_each(|(k, (part, grad))| sparse_block(dims, sp, ops, solve, k * per, part, grad));
+    }
+}
+
+/// The stored entries `p0..p0 + grad.len()` of every sample.
+fn sparse_block<T: Float>(
+    dims: SpDims,
+    sp: &SparseIdx,
+    ops: Operands<'_, T>,
+    solve: Solve,
+    p0: usize,
+    part: Vec<&mut [T]>,
+    grad: &mut [T],
+) {
+    let SpDims { n_in, o: no, s, .. } = dims;
+    let n = grad.len();
+    let (rows, cols) = (&sp.rows[p0..p0 + n], &sp.cols[p0..p0 + n]);
+    let scale = ops.scale.map(|sc| &sc[p0..p0 + n]);
+    let mut new = vec![T::zero(); s];
+    for (b, piece) in part.into_iter().enumerate() {
+        let db = &ops.d[b * no * s * s..(b + 1) * no * s * s];
+        let dfb = &ops.df[b * no * s..(b + 1) * no * s];
+        let gb = ops.g.map(|g| &g[b * no * s..(b + 1) * no * s]);
+        let xb = ops.x.map(|x| &x[b * n_in..(b + 1) * n_in]);
+        if s == 1 {
+            for (j, (ev, gr)) in piece.iter_mut().zip(grad.iter_mut()).enumerate() {
+                let c = cols[j];
+                let xr = xb.map_or(T::one(), |x| x[rows[j]]);
+                let inst = match scale {
+                    Some(sc) => xr * dfb[c] * sc[j],
+                    None => xr * dfb[c],
+                };
+                let old = *ev;
+                let v = db[c] * old + inst;
+                if let Some(gb) = gb {
+                    let src = if solve == Solve::Before { old } else { v };
+                    *gr = *gr + gb[c] * src;
+                }
+                *ev = v;
+            }
+            continue;
+        }
+        for (j, (ep, gr)) in piece.chunks_exact_mut(s).zip(grad.iter_mut()).enumerate() {
+            let c = cols[j];
+            let xr = xb.map_or(T::one(), |x| x[rows[j]]);
+            let dm = &db[c * s * s..(c + 1) * s * s];
+            let fv = &dfb[c * s..(c + 1) * s];
+            for (a, nv) in new.iter_mut().enumerate() {
+                let mut v = T::zero();
+                for (cc, &ev) in ep.iter().enumerate() {
+                    v = v + dm[a * s + cc] * ev;
+                }
+                let inst = match scale {
+                    Some(sc) => xr * fv[a] * sc[j],
+                    None => xr * fv[a],
+                };
+                *nv = v + inst;
+            }
+            if let Some(gb) = gb {
+                let src: &[T] = if solve == Solve::Before { ep } else { &new };
+                for (&gv, &v) in gb[c * s..(c + 1) * s].iter().zip(src) {
+                    *gr = *gr + gv * v;
+                }
+            }
+            ep.copy_from_slice(&new);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -673,6 +1219,7 @@ mod tests {
         d: &[f64],
         df: &[f64],
         g: &[f64],
+        scale: Option<&[f64]>,
         solve: Solve,
     ) {
         let Dims {
@@ -690,7 +1237,7 @@ mod tests {
                 let xi = x.map_or(1.0, |x| x[b * ni + i]);
                 for o in 0..no {
                     for a in 0..s {
-                        let mut v = xi * df[fat(b, a, o)];
+                        let mut v = xi * df[fat(b, a, o)] * scale.map_or(1.0, |s| s[i * no + o]);
                         for c in 0..s {
                             v += d[dat(b, a, c, o)] * old[at(b, i, o, c)];
                         }
@@ -726,7 +1273,10 @@ mod tests {
             (4, 2, 3, 1, true),
             (2, 9, 2, 4, true),
         ] {
-            for solve in [Solve::None, Solve::After, Solve::Before] {
+            for (solve, scaled) in [Solve::None, Solve::After, Solve::Before]
+                .into_iter()
+                .flat_map(|s| [(s, false), (s, true)])
+            {
                 let dims = Dims {
                     batch,
                     i: ni,
@@ -742,9 +1292,11 @@ mod tests {
                 let d = draw(batch * no * s * s);
                 let df = draw(batch * no * s);
                 let g = draw(batch * no * s);
+                let scale = draw(ni * no);
                 let xo = has_x.then_some(&x[..]);
+                let sc = scaled.then_some(&scale[..]);
                 let (mut er, mut gr) = (e0.clone(), g0.clone());
-                reference(dims, &mut er, &mut gr, xo, &d, &df, &g, solve);
+                reference(dims, &mut er, &mut gr, xo, &d, &df, &g, sc, solve);
                 for (threads, tile) in [(1, 0), (2, 0), (3, 1), (4, 2), (8, 0), (1, 3)] {
                     let (mut e, mut gk) = (e0.clone(), g0.clone());
                     pool.install(|| {
@@ -752,10 +1304,13 @@ mod tests {
                             dims,
                             &mut e,
                             &mut gk,
-                            xo,
-                            &d,
-                            &df,
-                            Some(&g),
+                            Operands {
+                                x: xo,
+                                d: &d,
+                                df: &df,
+                                g: Some(&g),
+                                scale: sc,
+                            },
                             solve,
                             threads,
                             tile,

@@ -85,6 +85,13 @@ pub fn compile<M: Model>(
             continue;
         }
         let rel = &eg.relations()[pair.rel];
+        let kind = super::fast::kernel_for(rel.primitive.name(), &rel.params)
+            .ok_or_else(|| Error::etp(rel.primitive.name(), "compile", "no fused kernel"))?;
+        let index: std::collections::BTreeMap<String, usize> = rel
+            .trainables
+            .iter()
+            .map(|t| (t.name.clone(), t.param))
+            .collect();
         let mut leaves = Vec::new();
         for (key, aval) in &program.layout.drtrl[pi] {
             let t = rel
@@ -101,11 +108,15 @@ pub fn compile<M: Model>(
             let pshape = state.param_values()[t.param].shape().to_vec();
             leaves.push((
                 t.param,
-                FastTrace::new(
-                    key == "weight" && rel.x_var.is_some(),
+                FastTrace::for_leaf(
+                    kind,
+                    key,
+                    rel.x_var.is_some(),
                     aval.shape(),
                     &pshape,
                     aval.dtype(),
+                    &rel.params,
+                    &index,
                 )?,
             ));
         }
@@ -161,13 +172,19 @@ impl<M: Model> Learner<M> {
     pub fn graph(&self) -> &EtraceGraph {
         &self.program.eg
     }
-    /// A readable account of the compilation.
+    /// A readable account of the compilation; for D-RTRL it says how many
+    /// (relation, group) pairs run a fused trace kernel
+    /// (`fused trace kernels: 2 of 2 relation-group pairs`).
     pub fn explain(&self) -> String {
-        format!(
-            "algorithm: {:?}\n{}",
-            self.program.algo,
-            self.program.eg.explain()
-        )
+        let mut s = format!("algorithm: {:?}\n", self.program.algo);
+        if matches!(self.program.algo, Algorithm::DRtrl(_)) {
+            s += &format!(
+                "fused trace kernels: {} of {} relation-group pairs\n",
+                self.fast.len(),
+                self.program.layout.pairs.len()
+            );
+        }
+        s + &self.program.eg.explain()
     }
     /// The algorithm.
     pub fn algorithm(&self) -> &Algorithm {
@@ -268,12 +285,24 @@ impl<M: Model> Learner<M> {
         Ok(())
     }
 
+    /// Derive the fused kernels' per-call values (transform derivatives,
+    /// LoRA maps) from the current parameters.
+    fn prepare_fast(fast: &mut [FastPair], params: &[Tensor]) -> Result<()> {
+        for f in fast {
+            for (_, t) in &mut f.leaves {
+                t.prepare(params)?;
+            }
+        }
+        Ok(())
+    }
+
     /// One online step: the model's output; hidden states and traces advance.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
         let (out, h, tr, fin) = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
         // The forward program (where errors surface) has run; the fused
         // kernels then update the learner's traces in place.
+        Self::prepare_fast(&mut self.fast, self.state.param_values())?;
         Self::run_fast(&mut self.fast, &fin, None, Solve::None)?;
         self.state.replace_hidden(h);
         self.traces = tr;
@@ -338,10 +367,15 @@ impl<M: Model> Learner<M> {
         // The fused kernels update the learner's traces in place (see the
         // error contract above).
         let mut fast = std::mem::take(&mut self.fast);
+        let prepared = Self::prepare_fast(&mut fast, self.state.param_values());
         for f in &mut fast {
             for (_, t) in &mut f.leaves {
-                t.take_grad()?;
+                t.drop_grad()?;
             }
+        }
+        if let Err(e) = prepared {
+            self.fast = fast;
+            return Err(e);
         }
         let fast_solve = match self.program.algo.vjp_method() {
             VjpMethod::SingleStep => Solve::After,
@@ -394,7 +428,7 @@ impl<M: Model> Learner<M> {
             // agree); drop this call's gradients.
             for f in &mut fast {
                 for (_, t) in &mut f.leaves {
-                    t.take_grad()?;
+                    t.drop_grad()?;
                 }
             }
             self.state.replace_hidden(hidden);

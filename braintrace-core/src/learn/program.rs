@@ -232,7 +232,15 @@ impl Program {
                             .collect();
                         let xa = r.x_var.map(|v| g.aval(v));
                         fast.push(kernel.is_some_and(|k| {
-                            super::fast::shapes_fit(k, xa, &grp.varshape, s, &keys, &weights)
+                            super::fast::shapes_fit(
+                                k,
+                                xa,
+                                &grp.varshape,
+                                s,
+                                &keys,
+                                &weights,
+                                &r.params,
+                            )
                         }));
                         drtrl.push(keys);
                     }
