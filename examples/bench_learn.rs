@@ -40,6 +40,12 @@
 //! on braintrace 0.2.6 and `scripts/bench_compare.py` prints both side by
 //! side.
 //!
+//! `--model` also takes `gru_tanh` (the GRU with `weight_fn = tanh`: dense
+//! relations with a weight transform), `sparse` (a leaky rate RNN over a
+//! sparse `[x, h]` product with about 10 % of the entries) and `lora` (the
+//! same over a rank-8 LoRA product), for the fused kernels of those
+//! primitives; they are not in the default grid.
+//!
 //! The models are the golden `gru` and `lif` nets (golden README §6.1),
 //! copied from `tests/learn_support/models.rs`; the LIF uses the golden
 //! hyperparameters (β = 0.8, γ = 0.6, v_th = 1, readout decay e^{-1/5}).
@@ -47,9 +53,12 @@
 //! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
 //! T 5).
 
-use braintrace::learn::{compile, Algorithm, DRtrl, Model, ModelState, PpProp};
+use braintrace::etp::ElemFn;
+use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
 use braintrace::learn::{Learner, Reduction};
+use braintrace::nn::Initializer;
 use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
+use braintrace::prims::{lora_matmul, sparse_matmul, CsrStructure, Transforms};
 use braintrace::{DType, Result, Tensor};
 use std::hint::black_box;
 use std::process::Command;
@@ -79,6 +88,97 @@ fn lif_net(n_in: usize, n_rec: usize, n_out: usize) -> Chain<LifCell, LeakyRateR
         LifCell::new("", n_in, n_rec, 0.8, 0.6, 1.0),
         LeakyRateReadout::new("readout", n_rec, n_out, 5.0, 1.0),
     )
+}
+
+/// `gru_tanh`: the `gru` net with `weight_fn = tanh` on the cell's three
+/// products (dense relations with a weight transform).
+fn gru_tanh_net(n_in: usize, n_rec: usize, n_out: usize) -> Chain<GruCell, Linear> {
+    let mut net = gru_net(n_in, n_rec, n_out);
+    for l in [&mut net.first.wz, &mut net.first.wr, &mut net.first.wh] {
+        l.weight_fn = ElemFn::builtin("tanh");
+    }
+    net
+}
+
+/// The recurrent product of a [`LeakyNet`].
+#[derive(Clone, Debug)]
+enum Product {
+    /// `etp_sp_mm` over a fixed pattern holding about 10 % of the entries.
+    Sparse(CsrStructure),
+    /// `etp_lora_mm` of rank `r`, α = 1 / r.
+    Lora(usize),
+}
+
+/// `sparse` / `lora`: a leaky rate RNN `h' = 0.9 h + tanh(P([x, h]) + b)`
+/// over a sparse or a LoRA product `P`, then a `Linear` readout `out`.
+struct LeakyNet {
+    product: Product,
+    n_in: usize,
+    n_rec: usize,
+    out: Linear,
+}
+
+impl LeakyNet {
+    fn sparse(n_in: usize, n_rec: usize, n_out: usize) -> Self {
+        let structure = CsrStructure::from_dense_pattern(n_in + n_rec, n_rec, |r, c| {
+            (r * 7 + c * 13) % 10 == 0
+        });
+        LeakyNet {
+            product: Product::Sparse(structure),
+            n_in,
+            n_rec,
+            out: Linear::new("out", n_rec, n_out),
+        }
+    }
+    fn lora(n_in: usize, n_rec: usize, n_out: usize) -> Self {
+        LeakyNet {
+            product: Product::Lora(8),
+            n_in,
+            n_rec,
+            out: Linear::new("out", n_rec, n_out),
+        }
+    }
+}
+
+impl Model for LeakyNet {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let fan_in = (self.n_in + self.n_rec) as f64;
+        let draw = |init: &mut Init, k: &str, shape: &[usize], std: f64| -> Result<()> {
+            let v = Initializer::Normal { std }.draw(shape, init.dtype(), init.rng())?;
+            init.param(k, None, v)
+        };
+        match &self.product {
+            Product::Sparse(st) => draw(init, "rnn/w", &[st.nnz()], (10.0 / fan_in).sqrt())?,
+            Product::Lora(r) => {
+                draw(
+                    init,
+                    "rnn/B",
+                    &[self.n_in + self.n_rec, *r],
+                    fan_in.sqrt().recip(),
+                )?;
+                draw(init, "rnn/A", &[*r, self.n_rec], 1.0)?;
+            }
+        }
+        draw(init, "rnn/b", &[self.n_rec], 0.1)?;
+        init.hidden("rnn/h", &[self.n_rec])?;
+        self.out.init(init)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden("rnn/h")?;
+        let xh = braintrace::ops::concat(&[x.clone(), h.clone()], x.ndim() - 1)?;
+        let b = ctx.param("rnn/b")?;
+        let t = Transforms::default();
+        let y = match &self.product {
+            Product::Sparse(st) => sparse_matmul(&xh, &ctx.param("rnn/w")?, st, Some(&b), &t)?,
+            Product::Lora(r) => {
+                let (lb, la) = (ctx.param("rnn/B")?, ctx.param("rnn/A")?);
+                lora_matmul(&xh, &lb, &la, 1.0 / *r as f64, Some(&b), &t)?
+            }
+        };
+        let h_new = h.mul_scalar(0.9)?.add(&y.tanh()?)?;
+        ctx.set_hidden("rnn/h", h_new.clone())?;
+        self.out.step(ctx, &h_new)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -118,7 +218,10 @@ struct Args {
     threads: usize,
 }
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif] [--algo d_rtrl,pp_prop] \
+/// The models `--model` accepts (the default grid runs `gru` and `lif`).
+const MODELS: [&str; 5] = ["gru", "lif", "gru_tanh", "sparse", "lora"];
+
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--no-plan] [--threads 1]
   every filter takes a value or a comma-separated list;
@@ -205,8 +308,8 @@ fn parse_args() -> std::result::Result<Args, String> {
         }
     }
     for m in &a.models {
-        if m != "gru" && m != "lif" {
-            return Err(format!("--model: `{m}` is not gru or lif"));
+        if !MODELS.contains(&m.as_str()) {
+            return Err(format!("--model: `{m}` is not one of {MODELS:?}"));
         }
     }
     for al in &a.algos {
@@ -461,6 +564,14 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
 fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Value> {
     let m = match cfg.model.as_str() {
         "gru" => measure(gru_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        "gru_tanh" => measure(gru_tanh_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        "sparse" => measure(
+            LeakyNet::sparse(N_IN, cfg.n_rec, N_OUT),
+            cfg,
+            budget_s,
+            runs,
+        )?,
+        "lora" => measure(LeakyNet::lora(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = peak_rss_mb().map_or(serde_json::Value::Null, |r| round(r, 1).into());
