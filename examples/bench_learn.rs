@@ -43,8 +43,10 @@
 //! `--model` also takes `gru_tanh` (the GRU with `weight_fn = tanh`: dense
 //! relations with a weight transform), `sparse` (a leaky rate RNN over a
 //! sparse `[x, h]` product with about 10 % of the entries) and `lora` (the
-//! same over a rank-8 LoRA product), for the fused kernels of those
-//! primitives; they are not in the default grid.
+//! same over a rank-8 LoRA product) and `conv` (the same over a 1-D
+//! convolution of `[x, h]` as channels, `n_rec / 16` channels of length
+//! 16, kernel 3, SAME), for the fused kernels of those primitives; they
+//! are not in the default grid.
 //!
 //! The models are the golden `gru` and `lif` nets (golden README §6.1),
 //! copied from `tests/learn_support/models.rs`; the LIF uses the golden
@@ -58,7 +60,8 @@ use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpPr
 use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
 use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
-use braintrace::prims::{lora_matmul, sparse_matmul, CsrStructure, Transforms};
+use braintrace::ops::{ConvPadding, ConvParams};
+use braintrace::prims::{conv, lora_matmul, sparse_matmul, CsrStructure, Transforms};
 use braintrace::{DType, Result, Tensor};
 use std::hint::black_box;
 use std::process::Command;
@@ -107,6 +110,10 @@ enum Product {
     Sparse(CsrStructure),
     /// `etp_lora_mm` of rank `r`, α = 1 / r.
     Lora(usize),
+    /// `etp_conv` (1-D, kernel 3, SAME) over `[x, h]` as channels: `x`
+    /// `(B, 16)` is one channel of length 16, `h` is `(B, O, 16)` with
+    /// `O = n_rec / 16` channels.
+    Conv,
 }
 
 /// `sparse` / `lora`: a leaky rate RNN `h' = 0.9 h + tanh(P([x, h]) + b)`
@@ -125,6 +132,14 @@ impl LeakyNet {
         });
         LeakyNet {
             product: Product::Sparse(structure),
+            n_in,
+            n_rec,
+            out: Linear::new("out", n_rec, n_out),
+        }
+    }
+    fn conv(n_in: usize, n_rec: usize, n_out: usize) -> Self {
+        LeakyNet {
+            product: Product::Conv,
             n_in,
             n_rec,
             out: Linear::new("out", n_rec, n_out),
@@ -149,6 +164,7 @@ impl Model for LeakyNet {
         };
         match &self.product {
             Product::Sparse(st) => draw(init, "rnn/w", &[st.nnz()], (10.0 / fan_in).sqrt())?,
+            Product::Conv => {}
             Product::Lora(r) => {
                 draw(
                     init,
@@ -159,17 +175,41 @@ impl Model for LeakyNet {
                 draw(init, "rnn/A", &[*r, self.n_rec], 1.0)?;
             }
         }
+        if let Product::Conv = self.product {
+            let o = self.n_rec / self.n_in;
+            draw(
+                init,
+                "rnn/K",
+                &[o, o + 1, 3],
+                (3.0 * (o + 1) as f64).sqrt().recip(),
+            )?;
+            draw(init, "rnn/b", &[o], 0.1)?;
+            init.hidden("rnn/h", &[o, self.n_in])?;
+            return self.out.init(init);
+        }
         draw(init, "rnn/b", &[self.n_rec], 0.1)?;
         init.hidden("rnn/h", &[self.n_rec])?;
         self.out.init(init)
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden("rnn/h")?;
+        if let Product::Conv = self.product {
+            let xc = x.expand_dims(1)?; // (B, 1, 16)
+            let xh = braintrace::ops::concat(&[xc, h.clone()], 1)?;
+            let cp = ConvParams::default_for(1).with_padding(ConvPadding::Same);
+            let (k, b) = (ctx.param("rnn/K")?, ctx.param("rnn/b")?);
+            let y = conv(&xh, &k, Some(&b), &cp, &Transforms::default())?;
+            let h_new = h.mul_scalar(0.9)?.add(&y.tanh()?)?;
+            ctx.set_hidden("rnn/h", h_new.clone())?;
+            let flat = h_new.reshape(&[h_new.shape()[0], self.n_rec])?;
+            return self.out.step(ctx, &flat);
+        }
         let xh = braintrace::ops::concat(&[x.clone(), h.clone()], x.ndim() - 1)?;
         let b = ctx.param("rnn/b")?;
         let t = Transforms::default();
         let y = match &self.product {
             Product::Sparse(st) => sparse_matmul(&xh, &ctx.param("rnn/w")?, st, Some(&b), &t)?,
+            Product::Conv => unreachable!("handled above"),
             Product::Lora(r) => {
                 let (lb, la) = (ctx.param("rnn/B")?, ctx.param("rnn/A")?);
                 lora_matmul(&xh, &lb, &la, 1.0 / *r as f64, Some(&b), &t)?
@@ -219,9 +259,9 @@ struct Args {
 }
 
 /// The models `--model` accepts (the default grid runs `gru` and `lif`).
-const MODELS: [&str; 5] = ["gru", "lif", "gru_tanh", "sparse", "lora"];
+const MODELS: [&str; 6] = ["gru", "lif", "gru_tanh", "sparse", "lora", "conv"];
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora] [--algo d_rtrl,pp_prop] \
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--no-plan] [--threads 1]
   every filter takes a value or a comma-separated list;
@@ -319,6 +359,9 @@ fn parse_args() -> std::result::Result<Args, String> {
     }
     if a.profile && !a.in_process {
         return Err("--profile needs --in-process".into());
+    }
+    if a.models.iter().any(|m| m == "conv") && a.n_recs.iter().any(|n| n % N_IN != 0) {
+        return Err(format!("--model conv needs --n-rec a multiple of {N_IN}"));
     }
     if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) || a.threads == 0 {
         return Err("--n-rec, --batch, --T and --threads must be positive".into());
@@ -572,6 +615,7 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
             runs,
         )?,
         "lora" => measure(LeakyNet::lora(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = peak_rss_mb().map_or(serde_json::Value::Null, |r| round(r, 1).into());

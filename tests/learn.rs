@@ -674,6 +674,7 @@ fn the_builtin_fused_kernels_are_registered() {
         "etp_sp_mv",
         "etp_lora_mm",
         "etp_lora_mv",
+        "etp_conv",
     ] {
         assert!(names.contains(&p), "{p} not in {names:?}");
     }
@@ -837,6 +838,75 @@ fn fused_lora_kernels_equal_the_rule_path() {
     }
 }
 
+#[test]
+fn fused_conv_kernels_equal_the_rule_path() {
+    // (x shape without batch, kernel, hidden = y without batch, strides, padding, transforms)
+    type Case = (
+        Vec<usize>,
+        Vec<usize>,
+        Vec<usize>,
+        Vec<usize>,
+        ConvPadding,
+        Transforms,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 8],
+            vec![3, 2, 3],
+            vec![3, 6],
+            vec![1],
+            ConvPadding::Valid,
+            transforms(None, None),
+        ),
+        (
+            vec![2, 7],
+            vec![4, 2, 3],
+            vec![4, 4],
+            vec![2],
+            ConvPadding::Same,
+            transforms(Some("tanh"), Some("softplus")),
+        ),
+        (
+            vec![2, 5, 4],
+            vec![3, 2, 2, 2],
+            vec![3, 4, 3],
+            vec![1, 1],
+            ConvPadding::Valid,
+            transforms(Some("square"), None),
+        ),
+    ];
+    for (x_shape, k_shape, y_shape, strides, padding, t) in cases {
+        let d = strides.len();
+        let op = || -> Op {
+            let (strides, padding, t) = (strides.clone(), padding.clone(), t.clone());
+            Box::new(move |c, x| {
+                let cp = ConvParams::default_for(d)
+                    .with_strides(&strides)
+                    .with_padding(padding.clone());
+                conv(x, &p(c, "K")?, Some(&p(c, "b")?), &cp, &t)
+            })
+        };
+        let o = [k_shape[0]];
+        let params: &[(&str, &[usize])] = &[("K", &k_shape), ("b", &o)];
+        for batch in [2, 1] {
+            let xs: Vec<usize> = [&[batch][..], &x_shape].concat();
+            for base in [
+                DRtrl::default(),
+                DRtrl::default().vjp_method(VjpMethod::MultiStep),
+            ] {
+                fast_vs_generic(|| leaky(params, &y_shape, op()), Some(batch), &xs, base, 50);
+                fast_vs_generic(
+                    || leaky2(params, &y_shape, op()),
+                    Some(batch),
+                    &xs,
+                    base,
+                    51,
+                );
+            }
+        }
+    }
+}
+
 /// The fused kernels in f32 against f64 (fast paths on in both) over 8 steps.
 fn f32_vs_f64<M: Model>(
     make: impl Fn() -> M,
@@ -920,6 +990,20 @@ fn fused_kernels_in_f32_agree_with_f64() {
         leaky2(&[("W", &[5, 4]), ("b", &[4])], &[4], op)
     };
     f32_vs_f64(dense, Some(2), &[2, 5], &[2, 4]);
+    let conv_net = || {
+        let op: Op = Box::new(|c, x| {
+            let cp = ConvParams::default_for(1).with_padding(ConvPadding::Same);
+            conv(
+                x,
+                &p(c, "K")?,
+                Some(&p(c, "b")?),
+                &cp,
+                &transforms(Some("tanh"), None),
+            )
+        });
+        leaky2(&[("K", &[3, 2, 3]), ("b", &[3])], &[3, 6], op)
+    };
+    f32_vs_f64(conv_net, Some(2), &[2, 2, 6], &[2, 3, 6]);
 }
 
 #[test]

@@ -41,8 +41,9 @@ pub struct DRtrl {
     pub vjp_method: VjpMethod,
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
-    /// Use the fused in-place trace kernels where a primitive has one (dense
-    /// `etp_mm`/`etp_mv` without transforms); `false` runs every relation
+    /// Use the fused in-place trace kernels where a primitive has one (the
+    /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
+    /// see [`FusedKernel`](super::FusedKernel)); `false` runs every relation
     /// through its registered rules. Default `true`; same numbers either way.
     pub fast_paths: bool,
 }

@@ -1,7 +1,7 @@
 //! Fused, in-place D-RTRL trace kernels for the built-in primitives (dense
 //! `etp_mm` / `etp_mv`, `etp_elemwise`, sparse `etp_sp_mm` / `etp_sp_mv`,
-//! LoRA `etp_lora_mm` / `etp_lora_mv`, with or without their element-wise
-//! weight transforms), as braintrace's fast path.
+//! LoRA `etp_lora_mm` / `etp_lora_mv`, channel-first `etp_conv`, with or
+//! without their element-wise weight transforms), as braintrace's fast path.
 //!
 //! One pass over each trace per step applies the hidden Jacobian, adds the
 //! instantaneous term and accumulates the gradient, on buffers the learner
@@ -83,6 +83,17 @@ pub enum FusedKind {
     /// `(B?, r, O, S)` is a dense weight trace with input `α (x b_fn(B))`
     /// and scale `a_fn'(A)`; the bias as [`Dense`](FusedKind::Dense).
     Lora,
+    /// A convolution `y = conv(x, f(K)) + g(b)` in the default
+    /// channel-first layout (`x (B, C, spatial…)`, `K (O, C, ks…)`,
+    /// `y (B, O, so…)`) without feature groups, its trace kept per output
+    /// position: the `weight` trace `(B, so…, O, C, ks…, S)` is, per
+    /// position `s`, a dense weight trace over the input `Patch[b,s,(c,u)]`
+    /// (what kernel offset `u` of channel `c` sees at `s`) and the output
+    /// channels, scaled by `f'(K)`; its gradient is summed over positions.
+    /// The bias trace `(B, O, so…, S)` is a dense bias trace over
+    /// `(O, so…)`, scaled by `g'(b)`, its gradient summed over positions.
+    /// The kernel and bias transforms are `kernel_fn` / `bias_fn`.
+    Conv,
 }
 
 /// A fused, in-place D-RTRL trace kernel registered for an ETP primitive,
@@ -95,8 +106,9 @@ pub enum FusedKind {
 /// The built-in entries: `etp_mm`, `etp_mv` and `etp_elemwise`
 /// ([`FusedKind::Dense`]), `etp_sp_mm` and `etp_sp_mv`
 /// ([`FusedKind::Sparse`]), `etp_lora_mm` and `etp_lora_mv`
-/// ([`FusedKind::Lora`]), each with or without weight and bias transforms.
-/// `etp_conv` has none (its relations run through the rules). A library
+/// ([`FusedKind::Lora`]), `etp_conv` in the default layout without
+/// feature groups ([`FusedKind::Conv`]), each with or without weight and
+/// bias transforms. A library
 /// registers its own with [`inventory`]-style submission:
 ///
 /// ```
@@ -143,7 +155,7 @@ fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
 
 /// Every transform the kind reads is a transform (or absent).
 fn hooks_readable(params: &Params) -> bool {
-    ["weight_fn", "bias_fn", "b_fn", "a_fn"]
+    ["weight_fn", "bias_fn", "b_fn", "a_fn", "kernel_fn"]
         .iter()
         .all(|k| elem_fn(params, k).is_ok())
 }
@@ -166,6 +178,18 @@ fn has_alpha(params: &Params) -> bool {
             .is_some_and(f64::is_finite)
 }
 
+/// A convolution in the default layout, without feature groups.
+fn default_conv(params: &Params) -> bool {
+    let dn_default = matches!(
+        params.raw("dimension_numbers"),
+        None | Some(ParamValue::None)
+    );
+    let groups = params
+        .raw("feature_group_count")
+        .and_then(usize::from_param);
+    hooks_readable(params) && dn_default && groups == Some(1)
+}
+
 inventory::submit! { FusedKernel { primitive: "etp_mm", kind: FusedKind::Dense, applies: hooks_readable } }
 inventory::submit! { FusedKernel { primitive: "etp_mv", kind: FusedKind::Dense, applies: hooks_readable } }
 inventory::submit! { FusedKernel { primitive: "etp_elemwise", kind: FusedKind::Dense, applies: hooks_readable } }
@@ -173,6 +197,7 @@ inventory::submit! { FusedKernel { primitive: "etp_sp_mm", kind: FusedKind::Spar
 inventory::submit! { FusedKernel { primitive: "etp_sp_mv", kind: FusedKind::Sparse, applies: has_structure } }
 inventory::submit! { FusedKernel { primitive: "etp_lora_mm", kind: FusedKind::Lora, applies: has_alpha } }
 inventory::submit! { FusedKernel { primitive: "etp_lora_mv", kind: FusedKind::Lora, applies: has_alpha } }
+inventory::submit! { FusedKernel { primitive: "etp_conv", kind: FusedKind::Conv, applies: default_conv } }
 
 /// Whether the traces and parameters of a relation have the shapes `kind`
 /// is written for (`vs`: the hidden group's shape, batch included; `keys`:
@@ -260,6 +285,32 @@ pub(crate) fn shapes_fit(
                 }
             })
         }
+        FusedKind::Conv => {
+            // vs = y: (B, O, so..); x: (B, C, si..) of the same rank.
+            let (Some(x), true) = (x, vs.len() >= 3) else {
+                return false;
+            };
+            let (xs, (b, och, so)) = (x.shape(), (vs[0], vs[1], &vs[2..]));
+            if xs.len() != vs.len() || xs[0] != b {
+                return false;
+            }
+            keys.iter().all(|(k, trace)| {
+                let Some(w) = weights.get(k) else {
+                    return false;
+                };
+                match k.as_str() {
+                    "weight" => {
+                        let ws = w.shape();
+                        ws.len() == vs.len()
+                            && ws[0] == och
+                            && ws[1] == xs[1]
+                            && trace.shape() == [&[b], so, ws, &[s]].concat()
+                    }
+                    "bias" => w.shape() == [och] && trace.shape() == [vs, &[s]].concat(),
+                    _ => false,
+                }
+            })
+        }
     }
 }
 
@@ -293,6 +344,21 @@ enum LoraLeaf {
         a_fn: Option<ElemFn>,
         b_fn: Option<ElemFn>,
     },
+}
+
+/// A convolution leaf's geometry.
+#[derive(Clone, Debug)]
+struct ConvLeaf {
+    /// The equation's params.
+    params: Params,
+    /// The kernel's spatial shape.
+    ks: Vec<usize>,
+    /// The parameter's shape: `(O, C, ks..)` or `(O,)`.
+    param_shape: Vec<usize>,
+    /// Output positions.
+    positions: usize,
+    /// The trace's public shape.
+    public: Vec<usize>,
 }
 
 /// What a leaf derives from the parameters once per call.
@@ -329,6 +395,11 @@ pub(crate) struct FastTrace {
     hook: Option<ElemFn>,
     /// A LoRA `lora_a` / `lora_b` leaf.
     lora: Option<LoraLeaf>,
+    /// A convolution leaf. Weight: the buffer is `(B, P, C·U, S, O)` (a
+    /// dense weight trace per sample and position) and the gradient
+    /// `(C·U, O)`; bias: a dense bias trace over `O·P` outputs, `(B, S, O·P)`,
+    /// and the gradient `(O·P,)`.
+    conv: Option<ConvLeaf>,
     /// The parameters (indices) the leaf derives its per-call values from;
     /// the first is its own.
     deps: Vec<usize>,
@@ -387,6 +458,7 @@ impl FastTrace {
         let hook_key = match (kind, key) {
             (_, "bias") => "bias_fn",
             (FusedKind::Lora, "lora_a") => "a_fn",
+            (FusedKind::Conv, _) => "kernel_fn",
             (FusedKind::Lora, _) => "",
             _ => "weight_fn",
         };
@@ -402,6 +474,7 @@ impl FastTrace {
             sparse: None,
             hook,
             lora: None,
+            conv: None,
             deps: vec![own],
             prep: Prepared::default(),
         };
@@ -439,6 +512,32 @@ impl FastTrace {
                     t.deps.push(other("lora_a")?);
                 }
             }
+            (FusedKind::Conv, _) => {
+                let n = trace_shape.len();
+                let (b, st) = (trace_shape[0], trace_shape[n - 1]);
+                let bad = || Error::invalid(op, "conv trace and parameter shapes disagree");
+                let (ks, positions) = if key == "bias" {
+                    let o = *param_shape.first().ok_or_else(bad)?;
+                    let p = trace_shape[2..n - 1].iter().product::<usize>();
+                    t.data = zeros(dtype, &[b, st, o * p])?;
+                    t.grad = zeros(dtype, &[o * p])?;
+                    (Vec::new(), p)
+                } else {
+                    let d = param_shape.len().checked_sub(2).ok_or_else(bad)?;
+                    let (o, cu) = (param_shape[0], param_shape[1..].iter().product::<usize>());
+                    let p = trace_shape[1..1 + d].iter().product::<usize>();
+                    t.data = zeros(dtype, &[b, p, cu, st, o])?;
+                    t.grad = zeros(dtype, &[cu, o])?;
+                    (param_shape[2..].to_vec(), p)
+                };
+                t.conv = Some(ConvLeaf {
+                    params: params.clone(),
+                    ks,
+                    param_shape: param_shape.to_vec(),
+                    positions,
+                    public: trace_shape.to_vec(),
+                });
+            }
             _ => {}
         }
         Ok(t)
@@ -455,7 +554,22 @@ impl FastTrace {
         }
         let dt = self.data.dtype();
         let scale = match &self.hook {
-            Some(f) => Some(contiguous(&f.derivative(&cur[0])?, dt)?),
+            Some(f) => {
+                let dv = f.derivative(&cur[0])?;
+                let dv = match &self.conv {
+                    // Kernel: (O, C, ks..) -> (C·U, O).
+                    Some(cv) if self.has_input => {
+                        let o = cv.param_shape[0];
+                        dv.reshape(&[o, dv.size() / o.max(1)])?.t()?
+                    }
+                    // Bias: (O,) spread over the positions, (O·P,).
+                    Some(cv) => dv
+                        .reshape(&[dv.size(), 1])?
+                        .mul(&Tensor::ones(&[1, cv.positions], dv.dtype()))?,
+                    None => dv,
+                };
+                Some(contiguous(&dv, dt)?)
+            }
             None => None,
         };
         let (mut input_map, mut grad_map) = (None, None);
@@ -499,6 +613,29 @@ impl FastTrace {
         if self.sparse.is_some() {
             return Tensor::from_data(self.data.clone());
         }
+        if let Some(cv) = &self.conv {
+            // Weight (B, P, CU, S, O) -> (B, P, O, CU, S); bias (B, S, OP) -> (B, OP, S).
+            let perm: &[usize] = if self.has_input {
+                &[0, 1, 4, 2, 3]
+            } else {
+                &[0, 2, 1]
+            };
+            fn permuted<T: Clone>(
+                a: &ndarray::ArrayD<T>,
+                perm: &[usize],
+                to: &[usize],
+            ) -> ndarray::ArrayD<T> {
+                let v = a.view().permuted_axes(perm.to_vec());
+                to_standard(v)
+                    .into_shape_with_order(ndarray::IxDyn(to))
+                    .expect("the public shape has the buffer's size")
+            }
+            return Tensor::from_data(match &self.data {
+                ArrayData::F32(a) => ArrayData::F32(permuted(a, perm, &cv.public)),
+                ArrayData::F64(a) => ArrayData::F64(permuted(a, perm, &cv.public)),
+                other => other.clone(),
+            });
+        }
         // One strided copy of the state-major buffer, axes swapped back.
         fn swapped<T: Clone>(a: &ndarray::ArrayD<T>) -> ndarray::ArrayD<T> {
             let mut v = a.view();
@@ -537,13 +674,84 @@ impl FastTrace {
                     None => Ok(g),
                 }
             }
-            _ => Ok(g),
+            _ => match &self.conv {
+                Some(cv) if self.has_input => g.t()?.reshape(&cv.param_shape),
+                Some(cv) => g
+                    .reshape(&[g.size() / cv.positions.max(1), cv.positions])?
+                    .sum(&[1]),
+                None => Ok(g),
+            },
         }
+    }
+
+    /// One fused step: a convolution's operands arranged per position, then
+    /// [`step_flat`](Self::step_flat).
+    pub(crate) fn step(
+        &mut self,
+        x: Option<&Tensor>,
+        d: &Tensor,
+        df: &Tensor,
+        g: Option<&Tensor>,
+        solve: Solve,
+    ) -> Result<()> {
+        let Some(cv) = &self.conv else {
+            return self.step_flat(x, d, df, g, solve);
+        };
+        let op = "D-RTRL fused conv kernel";
+        let ds = d.shape().to_vec();
+        let n = ds.len();
+        if n < 5 {
+            return Err(Error::shape(
+                op,
+                format!("D {ds:?}"),
+                "D must be (B, O, so.., S, S)",
+            ));
+        }
+        let (b, o, s, p) = (ds[0], ds[1], ds[n - 1], cv.positions);
+        if ds[2..n - 2].iter().product::<usize>() != p {
+            return Err(Error::shape(
+                op,
+                format!("D {ds:?}"),
+                "D and the trace disagree",
+            ));
+        }
+        if !self.has_input {
+            // The bias: a dense bias trace over O·P outputs.
+            let g = g.map(|g| g.reshape(&[b, o * p, s])).transpose()?;
+            return self.step_flat(
+                None,
+                &d.reshape(&[b, o * p, s, s])?,
+                &df.reshape(&[b, o * p, s])?,
+                g.as_ref(),
+                solve,
+            );
+        }
+        // The kernel: a dense weight trace per sample and position, over the
+        // patches (B·P, C·U) and the output channels.
+        let x = x.ok_or_else(|| Error::invalid(op, "a kernel trace needs x"))?;
+        let pt = crate::prims::conv::default_layout_patches(&cv.params, x, &cv.ks)?;
+        let cu = pt.shape()[1];
+        let xp = pt.transpose(&[0, 2, 1])?.reshape(&[b * p, cu])?;
+        let per_pos = |t: &Tensor, tail: &[usize]| -> Result<Tensor> {
+            let t = t.reshape(&[&[b, o, p][..], tail].concat())?;
+            let mut perm = vec![0, 2, 1];
+            perm.extend((0..tail.len()).map(|k| 3 + k));
+            t.transpose(&perm)?
+                .reshape(&[&[b * p, o][..], tail].concat())
+        };
+        let g = g.map(|g| per_pos(g, &[s])).transpose()?;
+        self.step_flat(
+            Some(&xp),
+            &per_pos(d, &[s, s])?,
+            &per_pos(df, &[s])?,
+            g.as_ref(),
+            solve,
+        )
     }
 
     /// One fused step. `x`: `(B?, I)` (ignored for a bias); `d`: `(B?, O, S, S)`;
     /// `df`: `(B?, O, S)`; `g`: `(B?, O, S)` when `solve` is not `None`.
-    pub(crate) fn step(
+    fn step_flat(
         &mut self,
         x: Option<&Tensor>,
         d: &Tensor,

@@ -210,6 +210,49 @@ pub fn etp_conv(
     }
 }
 
+/// The patches of a batched, canonical (`N C spatial…`) `x` for a kernel
+/// of spatial shape `ks`: `(B, C·U, so..)`, channel `c·U + u` holding what
+/// kernel offset `u` of input channel `c` sees at each output position.
+fn canonical_patches(s: &ConvSetup, xc: &Tensor, ks: &[usize]) -> Result<Tensor> {
+    let c = xc.shape()[1];
+    let u: usize = ks.iter().product();
+    // Identity kernel: output channel c*U + u reads input channel c at offset u.
+    let mut eye = vec![0.0; c * u * u];
+    for ci in 0..c {
+        for ui in 0..u {
+            eye[(ci * u + ui) * u + ui] = 1.0;
+        }
+    }
+    let e = Tensor::from_vec(eye, &[&[c * u, 1][..], ks].concat())?.cast(xc.dtype())?;
+    let mut pc = s.conv.clone();
+    pc.dimension_numbers = None;
+    pc.feature_group_count = c;
+    conv_general(xc, &e, &pc)
+}
+
+/// For the fused D-RTRL kernel: the patches of a batched `x` in the default
+/// (channel-first) layout of an `etp_conv` equation with `params` and
+/// kernel spatial shape `ks`, as `(B, C·U, P)` (`P` output positions,
+/// row-major).
+pub(crate) fn default_layout_patches(
+    params: &crate::etp::Params,
+    x: &Tensor,
+    ks: &[usize],
+) -> Result<Tensor> {
+    let p = etp_conv::Params::from_params(params)?;
+    let s = setup(&p, x.ndim())?;
+    if s.conv.dimension_numbers.is_some() || s.conv.feature_group_count != 1 {
+        return Err(Error::etp(
+            OP,
+            "D-RTRL fused kernel",
+            "only the default layout without feature groups",
+        ));
+    }
+    let pt = canonical_patches(&s, x, ks)?;
+    let (b, cu) = (pt.shape()[0], pt.shape()[1]);
+    pt.reshape(&[b, cu, pt.size() / (b * cu).max(1)])
+}
+
 /// Per-position instantaneous kernel term of a batched `x`, `h`:
 /// `(B, s.., <kernel layout>)` with `inst = patch · h`, times `kernel_fn'(K)`.
 fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<Tensor> {
@@ -220,19 +263,7 @@ fn instant_kernel(s: &ConvSetup, x: &Tensor, h: &Tensor, k: &Tensor) -> Result<T
     let xc = x.transpose(&s.lp)?;
     let kc = k.transpose(&s.rp)?;
     let (c, ks) = (xc.shape()[1], kc.shape()[2..].to_vec());
-    let u: usize = ks.iter().product();
-    // Identity kernel: output channel c*U + u reads input channel c at offset u.
-    let mut eye = vec![0.0; c * u * u];
-    for ci in 0..c {
-        for ui in 0..u {
-            eye[(ci * u + ui) * u + ui] = 1.0;
-        }
-    }
-    let e = Tensor::from_vec(eye, &[&[c * u, 1][..], &ks].concat())?.cast(x.dtype())?;
-    let mut pc = s.conv.clone();
-    pc.dimension_numbers = None;
-    pc.feature_group_count = c;
-    let patches = conv_general(&xc, &e, &pc)?; // (B, C*U, so..)
+    let patches = canonical_patches(s, &xc, &ks)?; // (B, C*U, so..)
     let (b, so) = (patches.shape()[0], patches.shape()[2..].to_vec());
     let patches = patches.reshape(&[&[b, 1, c][..], &ks, &so].concat())?; // (B, 1, C, ks.., so..)
     let hc = s.y_to_canonical(h)?; // (B, O, so..)
