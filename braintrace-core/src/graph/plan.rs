@@ -13,8 +13,23 @@
 //! where its last equation stood: an equation joins the open group of its
 //! shape, and a group closes as soon as an equation outside it reads one of
 //! its values, so every reader outside runs after it. Values read outside
-//! the group (or returned by the graph) are materialised; the others live
-//! only in block buffers.
+//! the group (or returned by the graph) are materialised: the loop writes
+//! them straight into their output buffers; the others live only in block
+//! buffers.
+//!
+//! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
+//! that finds it taken by another thread runs with a fresh one): the block
+//! buffers of its fused loops, and per buffer class (dtype and element
+//! count of a value the plan writes itself) a few dead buffers. A value
+//! goes back to the pool when it dies in the run (its last read, or nothing
+//! reads it) and its handle is the only one; a value returned to the caller
+//! is kept (as one more handle) for two calls and goes back once the caller
+//! has dropped every handle to it. Nothing a caller still holds is ever
+//! written: a buffer is reused only through a unique handle. Fused groups,
+//! 2-D float matrix products (written by `matrixmultiply` with the
+//! operands' strides) and float reshapes (a moved, unique row-major operand
+//! is reshaped without a copy) write into recycled buffers; other
+//! equations run their primitive's `eval`.
 //!
 //! [`crate::Jit`] runs its cached graphs through a plan; everything else
 //! (and anything the plan does not cover) goes through the interpreter.
@@ -22,13 +37,19 @@
 use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
-use crate::tensor::{ArrayData, Aval, DType, Tensor};
-use ndarray::{ArrayD, IxDyn, ShapeBuilder};
+use crate::ops::linalg::Matmul;
+use crate::ops::shape::{Reshape, Transpose};
+use crate::tensor::{
+    copy_blocks, row_major as row_major_of, standard_layout, ArrayData, ArrayElement, Aval, DType,
+    Tensor,
+};
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array2, ArrayD, Ix2, IxDyn, LinalgScalar, ShapeBuilder};
 use num_traits::Float;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Instant;
 
 /// Elements per block of a fused loop: 256 `f32`s are 1 KiB, so a group's
@@ -36,6 +57,10 @@ use std::time::Instant;
 const BLOCK: usize = 256;
 /// Most operands an element-wise equation may have to be fused.
 const MAX_ARITY: usize = 4;
+/// How many calls the pool keeps a handle to a value it returned, waiting
+/// for the caller to drop theirs (a state passed back as an argument is
+/// still held by the caller during the next call).
+const KEEP_CALLS: u8 = 2;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
@@ -58,35 +83,64 @@ pub(crate) struct Plan {
     /// Per variable: the index of the last step reading it (`usize::MAX`
     /// for graph outputs, [`NEVER_READ`] for values nothing reads).
     last_step: Vec<usize>,
+    /// Per variable: its buffer class (dtype and element count of values
+    /// the plan writes itself), if it has one; a dead value of a class is
+    /// recycled.
+    class_of: Vec<Option<usize>>,
+    /// Per graph output: whether it is the last occurrence of its variable
+    /// in the outputs (moved out of the environment, not cloned).
+    out_moves: Vec<bool>,
+    /// Per buffer class, how many values of it one call writes.
+    caps: Vec<usize>,
+    pool: Mutex<Pool>,
 }
 
 enum Step {
-    /// One equation, evaluated by its primitive.
+    /// One equation.
     Eqn {
         eqn: usize,
         /// Operands, each with whether this is its last read (moved in).
         inputs: Vec<(VarId, bool)>,
+        kernel: Kernel,
         label: (String, String),
     },
     /// A fused group of element-wise equations.
     Fused(Box<Fused>),
 }
 
+/// How a planned equation is evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// By its primitive's `eval` (a fresh result).
+    Eval,
+    /// A 2-D `f32`/`f64` matrix product into a recycled buffer.
+    Matmul,
+    /// An `f32`/`f64` reshape: the operand's own buffer when it is moved
+    /// in, unique and row-major; else a copy into a recycled buffer.
+    Reshape,
+    /// An `f32`/`f64` transpose (strides permuted): the operand's own
+    /// buffer when it is moved in and unique; else a copy of a row-major
+    /// operand into a recycled buffer; else `eval`.
+    Transpose,
+}
+
 /// Where a fused equation reads an operand.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Operand {
     /// Block `b` of the group's (non-scalar) external input `i`.
     Input(usize),
     /// A block buffer (an earlier equation's result, or a broadcast scalar).
     Buf(usize),
+    /// Block `b` of a materialised result (output `o` of the group).
+    Out(usize),
 }
 
 struct FusedOp {
     eqn: usize,
     operands: Vec<Operand>,
-    dst: usize,
-    /// The group output this result is copied to, if it is materialised.
-    output: Option<usize>,
+    /// Where the result goes: a block buffer, or a materialised output
+    /// ([`Operand::Buf`] or [`Operand::Out`]).
+    dst: Operand,
 }
 
 struct Fused {
@@ -97,11 +151,97 @@ struct Fused {
     inputs: Vec<VarId>,
     /// External one-element inputs, each broadcast into its block buffer.
     scalars: Vec<(VarId, usize)>,
+    /// External inputs of a trailing part of the loop's shape (a bias
+    /// row), each broadcast into its block buffer block by block.
+    rows: Vec<(VarId, usize)>,
     ops: Vec<FusedOp>,
-    /// Materialised results, in the order of [`FusedOp::output`].
+    /// Materialised results, in the order of [`Operand::Out`].
     outputs: Vec<VarId>,
     nbufs: usize,
     label: (String, String),
+}
+
+/// Buffers a plan keeps across calls (see the module docs).
+#[derive(Default)]
+struct Pool {
+    /// The environment's allocation.
+    env: Vec<Option<Tensor>>,
+    /// The operand list of an `eval`.
+    ins: Vec<Tensor>,
+    /// Per buffer class, dead buffers of its element count.
+    free_f32: Vec<Vec<Vec<f32>>>,
+    free_f64: Vec<Vec<Vec<f64>>>,
+    /// Block buffers of the fused loops ([`BLOCK`] elements each).
+    scratch_f32: Vec<Vec<f32>>,
+    scratch_f64: Vec<Vec<f64>>,
+    /// Values returned to the caller: handle, class, calls seen since.
+    returned: Vec<(Tensor, usize, u8)>,
+    /// Per buffer class, the most dead buffers kept: how many values of
+    /// the class one call writes.
+    caps: Vec<usize>,
+}
+
+impl Pool {
+    /// Give `t`'s buffer back if `t` has a class and is the only handle to
+    /// its value; otherwise just drop the handle.
+    fn recycle(&mut self, t: Tensor, class: Option<usize>) {
+        let Some(c) = class else { return };
+        if !t.is_unique() {
+            return;
+        }
+        // Unique: moved out without a copy.
+        match t.into_data() {
+            Ok(ArrayData::F32(a)) => put(self, c, a),
+            Ok(ArrayData::F64(a)) => put(self, c, a),
+            _ => {}
+        }
+    }
+
+    /// At the start of a call: recycle the values returned earlier that
+    /// the caller has dropped, forget those held too long.
+    fn age_returned(&mut self) {
+        let mut i = 0;
+        while i < self.returned.len() {
+            let (t, c, age) = &mut self.returned[i];
+            if t.is_unique() {
+                let (t, c, _) = self.returned.swap_remove(i);
+                self.recycle(t, Some(c));
+            } else if *age + 1 >= KEEP_CALLS {
+                let _ = c;
+                self.returned.swap_remove(i);
+            } else {
+                *age += 1;
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Keep `a`'s allocation in class `c`'s free list (if it holds exactly
+/// the array's elements and the list has room).
+fn put<T: PoolFloat>(p: &mut Pool, c: usize, a: ArrayD<T>) {
+    let n = a.len();
+    let (v, _) = a.into_raw_vec_and_offset();
+    if v.len() != n {
+        return;
+    }
+    let cap = p.caps.get(c).copied().unwrap_or(0);
+    let free = T::free(p);
+    if free.len() <= c {
+        free.resize_with(c + 1, Vec::new);
+    }
+    if free[c].len() < cap {
+        free[c].push(v);
+    }
+}
+
+/// A buffer of `n` elements (contents unspecified): a dead one of `class`,
+/// or a fresh one.
+fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Vec<T> {
+    class
+        .and_then(|c| T::free(p).get_mut(c)?.pop())
+        .filter(|v| v.len() == n)
+        .unwrap_or_else(|| vec![T::zero(); n])
 }
 
 impl Plan {
@@ -124,6 +264,7 @@ impl Plan {
                 None => steps.push(Step::Eqn {
                     eqn: i,
                     inputs: e.inputs.iter().map(|&v| (v, false)).collect(),
+                    kernel: kernel_of(&g, i),
                     label: (
                         e.prim.name(),
                         format!(
@@ -155,10 +296,47 @@ impl Plan {
                 }
             }
         }
+        // Buffer classes: the (dtype, size) of every value a step writes
+        // into a recycled buffer; any float value of a class is recycled.
+        let mut classes: HashMap<(DType, usize), usize> = HashMap::new();
+        let mut caps: Vec<usize> = Vec::new();
+        for step in &steps {
+            let written: Vec<VarId> = match step {
+                Step::Fused(f) => f.outputs.clone(),
+                Step::Eqn { kernel, eqn, .. } if *kernel != Kernel::Eval => {
+                    g.eqns[*eqn].outputs.clone()
+                }
+                Step::Eqn { .. } => Vec::new(),
+            };
+            for v in written {
+                let a = &g.avals[v];
+                let n = classes.len();
+                let c = *classes.entry((a.dtype(), a.size())).or_insert(n);
+                if c == caps.len() {
+                    caps.push(0);
+                }
+                caps[c] += 1;
+            }
+        }
+        let class_of = g
+            .avals
+            .iter()
+            .map(|a| classes.get(&(a.dtype(), a.size())).copied())
+            .collect();
+        let out_moves = (0..g.outvars.len())
+            .map(|i| !g.outvars[i + 1..].contains(&g.outvars[i]))
+            .collect();
         Some(Plan {
             graph: g,
             steps,
             last_step,
+            class_of,
+            out_moves,
+            pool: Mutex::new(Pool {
+                caps: caps.clone(),
+                ..Pool::default()
+            }),
+            caps,
         })
     }
 
@@ -192,11 +370,61 @@ impl Plan {
                 trace: t.sym().map(|v| v.trace).unwrap_or(0),
             });
         }
+        // The pool, or a fresh one while another thread runs this plan (a
+        // poisoned pool is still consistent: it only holds dead buffers).
+        let mut guard;
+        let mut local;
+        let pool: &mut Pool = match self.pool.try_lock() {
+            Ok(p) => {
+                guard = p;
+                &mut guard
+            }
+            Err(TryLockError::Poisoned(p)) => {
+                guard = p.into_inner();
+                &mut guard
+            }
+            Err(TryLockError::WouldBlock) => {
+                local = Pool {
+                    caps: self.caps.clone(),
+                    ..Pool::default()
+                };
+                &mut local
+            }
+        };
+        pool.age_returned();
+        let mut env = std::mem::take(&mut pool.env);
+        env.clear();
+        env.resize(g.avals.len(), None);
+        let outs = self.run_steps(pool, &mut env, args);
+        // Whatever is left (after an error, everything) is dead.
+        for (v, t) in env.iter_mut().enumerate() {
+            if let Some(t) = t.take() {
+                pool.recycle(t, self.class_of[v]);
+            }
+        }
+        pool.env = env;
+        let outs = outs?;
+        for (&v, t) in g.outvars.iter().zip(&outs) {
+            if let Some(c) = self.class_of[v] {
+                pool.returned.push((t.clone(), c, 0));
+            }
+        }
+        Ok(outs)
+    }
+
+    fn run_steps(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let g = &*self.graph;
         let prof = profile::enabled();
-        let mut env: Vec<Option<Tensor>> = vec![None; g.avals.len()];
         for (&v, x) in g.invars.iter().zip(args) {
             if self.last_step[v] != NEVER_READ {
                 env[v] = Some(x);
+            } else {
+                pool.recycle(x, self.class_of[v]);
             }
         }
         for (&v, c) in g.constvars.iter().zip(&g.consts) {
@@ -204,19 +432,51 @@ impl Plan {
                 env[v] = Some(c.clone());
             }
         }
-        let mut ins = Vec::new();
         for (s, step) in self.steps.iter().enumerate() {
             let t0 = prof.then(Instant::now);
             match step {
-                Step::Eqn { eqn, inputs, .. } => {
+                Step::Eqn {
+                    eqn,
+                    inputs,
+                    kernel,
+                    ..
+                } => {
                     let e = &g.eqns[*eqn];
-                    ins.clear();
-                    for &(v, last) in inputs {
-                        let x = if last { env[v].take() } else { env[v].clone() };
-                        ins.push(x.ok_or_else(|| undefined(e.prim.as_ref(), v))?);
-                    }
-                    let outs = e.prim.eval(&ins)?;
-                    ins.clear();
+                    let outs = match kernel {
+                        Kernel::Matmul => {
+                            vec![self.matmul(pool, env, e.prim.as_ref(), inputs, e.outputs[0])?]
+                        }
+                        Kernel::Transpose => vec![self.transpose(
+                            pool,
+                            env,
+                            e.prim.as_ref(),
+                            inputs[0],
+                            e.outputs[0],
+                        )?],
+                        Kernel::Reshape => vec![self.reshape(
+                            pool,
+                            env,
+                            e.prim.as_ref(),
+                            inputs[0],
+                            e.outputs[0],
+                        )?],
+                        Kernel::Eval => {
+                            let mut ins = std::mem::take(&mut pool.ins);
+                            ins.clear();
+                            for &(v, last) in inputs {
+                                let x = if last { env[v].take() } else { env[v].clone() };
+                                ins.push(x.ok_or_else(|| undefined(e.prim.as_ref(), v))?);
+                            }
+                            let outs = e.prim.eval(&ins);
+                            for (&(v, last), x) in inputs.iter().zip(ins.drain(..)) {
+                                if last {
+                                    pool.recycle(x, self.class_of[v]);
+                                }
+                            }
+                            pool.ins = ins;
+                            outs?
+                        }
+                    };
                     if outs.len() != e.outputs.len() {
                         return Err(Error::invalid(
                             e.prim.name(),
@@ -230,21 +490,29 @@ impl Plan {
                     for (&v, x) in e.outputs.iter().zip(outs) {
                         if self.last_step[v] != NEVER_READ {
                             env[v] = Some(x);
+                        } else {
+                            pool.recycle(x, self.class_of[v]);
                         }
                     }
                 }
                 Step::Fused(f) => {
                     let outs = match f.dtype {
-                        DType::F32 => run_fused::<f32>(g, f, &env)?,
-                        DType::F64 => run_fused::<f64>(g, f, &env)?,
+                        DType::F32 => run_fused::<f32>(g, f, env, pool, &self.class_of)?,
+                        DType::F64 => run_fused::<f64>(g, f, env, pool, &self.class_of)?,
                         d => unreachable!("only float groups are formed, got {d}"),
                     };
                     for (&v, x) in f.outputs.iter().zip(outs) {
                         env[v] = Some(x);
                     }
-                    for &v in f.inputs.iter().chain(f.scalars.iter().map(|(v, _)| v)) {
+                    for &v in f
+                        .inputs
+                        .iter()
+                        .chain(f.scalars.iter().chain(&f.rows).map(|(v, _)| v))
+                    {
                         if self.last_step[v] == s {
-                            env[v] = None;
+                            if let Some(t) = env[v].take() {
+                                pool.recycle(t, self.class_of[v]);
+                            }
                         }
                     }
                 }
@@ -259,8 +527,10 @@ impl Plan {
         }
         g.outvars
             .iter()
-            .map(|&v| {
-                env[v].clone().ok_or_else(|| {
+            .zip(&self.out_moves)
+            .map(|(&v, &moved)| {
+                let t = if moved { env[v].take() } else { env[v].clone() };
+                t.ok_or_else(|| {
                     Error::invalid(
                         "graph evaluation",
                         format!("output variable {} is never defined", super::var_name(v)),
@@ -269,6 +539,236 @@ impl Plan {
             })
             .collect()
     }
+
+    /// A 2-D matrix product into a recycled buffer, in the memory order
+    /// `ndarray`'s `dot` (the primitive's `eval`) gives it, by the same
+    /// `matrixmultiply` call: bit for bit the interpreter's result.
+    fn matmul(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        p: &dyn Primitive,
+        inputs: &[(VarId, bool)],
+        out: VarId,
+    ) -> Result<Tensor> {
+        let class = self.class_of[out];
+        let arg = |i: usize| {
+            let v = inputs[i].0;
+            env[v]
+                .as_ref()
+                .ok_or_else(|| undefined(p, v))?
+                .data_for("matmul")
+        };
+        let y = match (arg(0)?, arg(1)?) {
+            (ArrayData::F32(a), ArrayData::F32(b)) => matmul_into(pool, class, a, b)?,
+            (ArrayData::F64(a), ArrayData::F64(b)) => matmul_into(pool, class, a, b)?,
+            (a, b) => {
+                return Err(Error::dtype(
+                    "matmul",
+                    format!(
+                        "planned for two floats of one dtype, got {} and {}",
+                        a.dtype(),
+                        b.dtype()
+                    ),
+                ))
+            }
+        };
+        for &(v, last) in inputs {
+            if last {
+                if let Some(t) = env[v].take() {
+                    pool.recycle(t, self.class_of[v]);
+                }
+            }
+        }
+        Ok(y)
+    }
+
+    /// A float reshape: the operand's buffer when it is moved in, unique
+    /// and row-major (no copy), else a row-major copy into a recycled
+    /// buffer; in both cases the interpreter's row-major result.
+    fn reshape(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        p: &dyn Primitive,
+        (v, last): (VarId, bool),
+        out: VarId,
+    ) -> Result<Tensor> {
+        let x = if last { env[v].take() } else { env[v].clone() };
+        let x = x.ok_or_else(|| undefined(p, v))?;
+        let shape = self.graph.avals[out].shape();
+        let y = match x.dtype() {
+            DType::F32 => reshape_into::<f32>(pool, self.class_of[out], x, shape),
+            DType::F64 => reshape_into::<f64>(pool, self.class_of[out], x, shape),
+            d => {
+                return Err(Error::dtype(
+                    "reshape",
+                    format!("planned for a float operand, got {d}"),
+                ))
+            }
+        }?;
+        if let Some(x) = y.1 {
+            pool.recycle(x, self.class_of[v]);
+        }
+        Ok(y.0)
+    }
+}
+
+impl Plan {
+    /// A float transpose, as `eval` does it (the operand's buffer with its
+    /// strides permuted): the operand's own buffer when it is moved in and
+    /// unique, else a copy into a recycled buffer.
+    fn transpose(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        p: &dyn Primitive,
+        (v, last): (VarId, bool),
+        out: VarId,
+    ) -> Result<Tensor> {
+        let perm = &p
+            .as_any()
+            .downcast_ref::<Transpose>()
+            .ok_or_else(|| Error::invalid(p.name(), "planned as a transpose"))?
+            .perm;
+        let x = if last { env[v].take() } else { env[v].clone() };
+        let x = x.ok_or_else(|| undefined(p, v))?;
+        let class = self.class_of[out];
+        let (y, x) = match x.dtype() {
+            DType::F32 => transpose_into::<f32>(pool, class, x, perm),
+            DType::F64 => transpose_into::<f64>(pool, class, x, perm),
+            d => {
+                return Err(Error::dtype(
+                    "transpose",
+                    format!("planned for a float operand, got {d}"),
+                ))
+            }
+        }?;
+        if let Some(x) = x {
+            pool.recycle(x, self.class_of[v]);
+        }
+        Ok(y)
+    }
+}
+
+/// Transpose `x` (of element type `T`) by `perm`; also returns `x` back
+/// when its buffer was not taken.
+fn transpose_into<T: PoolFloat>(
+    pool: &mut Pool,
+    class: Option<usize>,
+    x: Tensor,
+    perm: &[usize],
+) -> Result<(Tensor, Option<Tensor>)> {
+    if x.is_unique() {
+        let a = x.into_array::<T>()?;
+        return Ok((T::tensor(a.permuted_axes(IxDyn(perm))), None));
+    }
+    let a = T::array(x.data_for("transpose")?)
+        .ok_or_else(|| Error::invalid("transpose", "operand of another dtype"))?;
+    let y = match a.as_slice() {
+        Some(s) => {
+            let mut v = take::<T>(pool, class, s.len());
+            copy_blocks(&mut v, s);
+            ArrayD::from_shape_vec(a.raw_dim(), v)
+                .map_err(|e| Error::invalid("transpose", e.to_string()))?
+        }
+        // Same strides, through ndarray's clone.
+        None => a.clone(),
+    };
+    Ok((T::tensor(y.permuted_axes(IxDyn(perm))), Some(x)))
+}
+
+/// How equation `i` is planned (it is not fused).
+fn kernel_of(g: &Graph, i: usize) -> Kernel {
+    let e = &g.eqns[i];
+    let float = |v: &VarId| matches!(g.avals[*v].dtype(), DType::F32 | DType::F64);
+    if e.inputs.len() == 2
+        && e.outputs.len() == 1
+        && e.prim.as_any().is::<Matmul>()
+        && e.inputs
+            .iter()
+            .all(|&v| g.avals[v].ndim() == 2 && float(&v))
+        && g.avals[e.inputs[0]].dtype() == g.avals[e.inputs[1]].dtype()
+    {
+        return Kernel::Matmul;
+    }
+    if let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() {
+        let r = g.avals[e.inputs[0]].ndim();
+        let mut seen = vec![false; r];
+        let permutation = t.perm.len() == r
+            && t.perm
+                .iter()
+                .all(|&k| k < r && !std::mem::replace(&mut seen[k], true));
+        if e.inputs.len() == 1 && e.outputs.len() == 1 && float(&e.inputs[0]) && permutation {
+            return Kernel::Transpose;
+        }
+    }
+    if e.inputs.len() == 1
+        && e.outputs.len() == 1
+        && e.prim.as_any().is::<Reshape>()
+        && float(&e.inputs[0])
+        && g.avals[e.inputs[0]].size() == g.avals[e.outputs[0]].size()
+    {
+        return Kernel::Reshape;
+    }
+    Kernel::Eval
+}
+
+fn matmul_into<T: PoolFloat + LinalgScalar>(
+    pool: &mut Pool,
+    class: Option<usize>,
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+) -> Result<Tensor> {
+    let bad = |why: String| Error::invalid("matmul", why);
+    let a = a
+        .view()
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| bad(e.to_string()))?;
+    let b = b
+        .view()
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| bad(e.to_string()))?;
+    let ((m, k), (k2, n)) = (a.dim(), b.dim());
+    if k != k2 {
+        return Err(bad(format!(
+            "operands {:?} and {:?} do not chain (the plan expected they would)",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    // `dot`'s choice: column-major when both operands step by one down
+    // their rows.
+    let column_major = a.strides()[0] == 1 && b.strides()[0] == 1;
+    let v = take::<T>(pool, class, m * n);
+    let mut c =
+        Array2::from_shape_vec((m, n).set_f(column_major), v).map_err(|e| bad(e.to_string()))?;
+    // β = 0: the buffer's old contents are overwritten, never read.
+    general_mat_mul(T::one(), &a, &b, T::zero(), &mut c);
+    Ok(T::tensor(c.into_dyn()))
+}
+
+/// Reshape `x` (of element type `T`) to `shape`; also returns `x` back
+/// when its buffer was not taken (for the caller to recycle).
+fn reshape_into<T: PoolFloat>(
+    pool: &mut Pool,
+    class: Option<usize>,
+    x: Tensor,
+    shape: &[usize],
+) -> Result<(Tensor, Option<Tensor>)> {
+    let bad = |e: ndarray::ShapeError| Error::invalid("reshape", e.to_string());
+    let a = T::array(x.data_for("reshape")?)
+        .ok_or_else(|| Error::invalid("reshape", "operand of another dtype"))?;
+    if a.is_standard_layout() && x.is_unique() {
+        // Unique and row-major: the buffer itself, moved out, no copy.
+        let y = x.into_array::<T>()?;
+        let y = y.into_shape_with_order(IxDyn(shape)).map_err(bad)?;
+        return Ok((T::tensor(y), None));
+    }
+    let mut v = take::<T>(pool, class, a.len());
+    copy_blocks(&mut v, row_major_of(&standard_layout(a)));
+    let y = ArrayD::from_shape_vec(IxDyn(shape), v).map_err(bad)?;
+    Ok((T::tensor(y), Some(x)))
 }
 
 fn undefined(p: &dyn Primitive, v: VarId) -> Error {
@@ -289,7 +789,7 @@ fn step_reads(step: &Step) -> Vec<VarId> {
             .inputs
             .iter()
             .copied()
-            .chain(f.scalars.iter().map(|&(v, _)| v))
+            .chain(f.scalars.iter().chain(&f.rows).map(|&(v, _)| v))
             .collect(),
     }
 }
@@ -322,9 +822,13 @@ fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     if !matches!(out.dtype(), DType::F32 | DType::F64) {
         return None;
     }
+    let (r, sh) = (out.ndim(), out.shape());
     let ok = e.inputs.iter().all(|&v| {
         let a = &g.avals[v];
-        a.dtype() == out.dtype() && (a.shape() == out.shape() || a.size() == 1)
+        // The output's shape, one element, or a trailing part of the
+        // output's shape (broadcast along the leading axes).
+        let row = a.ndim() < r && a.shape() == &sh[r - a.ndim()..];
+        a.dtype() == out.dtype() && (a.shape() == sh || a.size() == 1 || row)
     });
     ok.then_some(k)
 }
@@ -372,7 +876,8 @@ fn form_groups(g: &Graph) -> Groups {
 }
 
 /// Lay out one group: operand sources, block buffers (reused once a value
-/// is dead within the group) and the values to materialise.
+/// is dead within the group) and the values to materialise (written
+/// straight into their output buffers, and read back from there).
 fn build_fused(g: &Graph, members: &[usize]) -> Fused {
     let out_aval = &g.avals[g.eqns[members[0]].outputs[0]];
     let in_group: HashMap<VarId, usize> = members
@@ -401,29 +906,34 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         }
     }
     let mut inputs: Vec<VarId> = Vec::new();
-    // Broadcast scalars first: their buffers are filled once and live for
-    // the whole group, so no result may ever be written into them.
+    // Broadcast operands first: their buffers are filled before the
+    // group's equations run on a block and live for the whole group, so no
+    // result may ever be written into them.
     let mut scalars: Vec<(VarId, usize)> = Vec::new();
+    let mut rows: Vec<VarId> = Vec::new();
     for &i in members {
         for &v in &g.eqns[i].inputs {
             let external = !in_group.contains_key(&v);
-            if external
-                && g.avals[v].shape() != out_aval.shape()
-                && !scalars.iter().any(|&(w, _)| w == v)
-            {
-                scalars.push((v, scalars.len()));
+            if external && g.avals[v].shape() != out_aval.shape() {
+                if g.avals[v].size() == 1 {
+                    if !scalars.iter().any(|&(w, _)| w == v) {
+                        scalars.push((v, scalars.len()));
+                    }
+                } else if !rows.contains(&v) {
+                    rows.push(v);
+                }
             }
         }
     }
-    let mut buf_of: HashMap<VarId, usize> = HashMap::new();
+    let rows: Vec<(VarId, usize)> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(k, v)| (v, scalars.len() + k))
+        .collect();
+    // Where each group value lives: a block buffer, or its output.
+    let mut loc_of: HashMap<VarId, Operand> = HashMap::new();
     let mut free: Vec<usize> = Vec::new();
-    let mut nbufs = scalars.len();
-    let mut alloc = |free: &mut Vec<usize>| {
-        free.pop().unwrap_or_else(|| {
-            nbufs += 1;
-            nbufs - 1
-        })
-    };
+    let mut nbufs = scalars.len() + rows.len();
     let mut ops = Vec::new();
     let mut outputs = Vec::new();
     let mut names = Vec::new();
@@ -433,7 +943,7 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         let mut operands = Vec::new();
         for &v in &e.inputs {
             let op = if in_group.contains_key(&v) {
-                Operand::Buf(buf_of[&v])
+                loc_of[&v]
             } else if g.avals[v].shape() == out_aval.shape() {
                 let k = inputs.iter().position(|&w| w == v).unwrap_or_else(|| {
                     inputs.push(v);
@@ -443,27 +953,32 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             } else {
                 let &(_, b) = scalars
                     .iter()
+                    .chain(&rows)
                     .find(|&&(w, _)| w == v)
-                    .expect("scalars collected above");
+                    .expect("broadcast operands collected above");
                 Operand::Buf(b)
             };
             operands.push(op);
         }
         let out = e.outputs[0];
-        let dst = alloc(&mut free);
-        buf_of.insert(out, dst);
-        let output = read_outside[out].then(|| {
+        let dst = if read_outside[out] {
             outputs.push(out);
-            outputs.len() - 1
-        });
+            Operand::Out(outputs.len() - 1)
+        } else {
+            // Taken before the operands' buffers are freed: a kernel
+            // never writes into its operand.
+            Operand::Buf(free.pop().unwrap_or_else(|| {
+                nbufs += 1;
+                nbufs - 1
+            }))
+        };
+        loc_of.insert(out, dst);
         ops.push(FusedOp {
             eqn: i,
             operands,
             dst,
-            output,
         });
-        // Free the buffers of group values read for the last time here
-        // (after `dst` is taken: a kernel never writes into its operand).
+        // Free the buffers of group values read for the last time here.
         let mut dead: Vec<VarId> = e
             .inputs
             .iter()
@@ -476,7 +991,9 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         dead.sort_unstable();
         dead.dedup();
         for v in dead {
-            free.push(buf_of[&v]);
+            if let Operand::Buf(b) = loc_of[&v] {
+                free.push(b);
+            }
         }
     }
     let label = (format!("fused[{}]", names.join(",")), out_aval.to_string());
@@ -486,6 +1003,7 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         size: out_aval.size(),
         inputs,
         scalars,
+        rows,
         ops,
         outputs,
         nbufs,
@@ -495,42 +1013,43 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 
 // ---------------------------------------------------------------- fused loop
 
-/// The float types a fused loop runs on.
-trait FusedFloat: Float + 'static {
+/// The float types the plan writes buffers of itself.
+trait PoolFloat: Float + ArrayElement + 'static {
     fn array(d: &ArrayData) -> Option<&ArrayD<Self>>;
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
-    fn wrap(a: ArrayD<Self>) -> Tensor;
+    fn tensor(a: ArrayD<Self>) -> Tensor;
+    /// The pool's free lists for this type (one per buffer class).
+    fn free(p: &mut Pool) -> &mut Vec<Vec<Vec<Self>>>;
+    /// The pool's block buffers for this type.
+    fn scratch(p: &mut Pool) -> &mut Vec<Vec<Self>>;
 }
 
-impl FusedFloat for f32 {
-    fn array(d: &ArrayData) -> Option<&ArrayD<f32>> {
-        match d {
-            ArrayData::F32(a) => Some(a),
-            _ => None,
+macro_rules! pool_float {
+    ($t:ty, $variant:ident, $block:ident, $free:ident, $scratch:ident) => {
+        impl PoolFloat for $t {
+            fn array(d: &ArrayData) -> Option<&ArrayD<$t>> {
+                match d {
+                    ArrayData::$variant(a) => Some(a),
+                    _ => None,
+                }
+            }
+            fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
+                k.$block(ins, out)
+            }
+            fn tensor(a: ArrayD<$t>) -> Tensor {
+                Tensor::from_data(ArrayData::$variant(a))
+            }
+            fn free(p: &mut Pool) -> &mut Vec<Vec<Vec<$t>>> {
+                &mut p.$free
+            }
+            fn scratch(p: &mut Pool) -> &mut Vec<Vec<$t>> {
+                &mut p.$scratch
+            }
         }
-    }
-    fn block(k: &dyn Elementwise, ins: &[&[f32]], out: &mut [f32]) {
-        k.block_f32(ins, out)
-    }
-    fn wrap(a: ArrayD<f32>) -> Tensor {
-        Tensor::from_data(ArrayData::F32(a))
-    }
+    };
 }
-
-impl FusedFloat for f64 {
-    fn array(d: &ArrayData) -> Option<&ArrayD<f64>> {
-        match d {
-            ArrayData::F64(a) => Some(a),
-            _ => None,
-        }
-    }
-    fn block(k: &dyn Elementwise, ins: &[&[f64]], out: &mut [f64]) {
-        k.block_f64(ins, out)
-    }
-    fn wrap(a: ArrayD<f64>) -> Tensor {
-        Tensor::from_data(ArrayData::F64(a))
-    }
-}
+pool_float!(f32, F32, block_f32, free_f32, scratch_f32);
+pool_float!(f64, F64, block_f64, free_f64, scratch_f64);
 
 /// The memory order a fused loop walks its operands and writes its results
 /// in. Element-wise results do not depend on it; what matters is that no
@@ -557,7 +1076,7 @@ fn order_of<T>(a: &ArrayD<T>) -> Option<Order> {
 
 /// The array behind `v`, checked against what the plan expects (an error,
 /// not a wrong result, if a primitive's eval disagrees with its shape rule).
-fn operand<'a, T: FusedFloat>(
+fn operand<'a, T: PoolFloat>(
     g: &Graph,
     env: &'a [Option<Tensor>],
     v: VarId,
@@ -646,7 +1165,40 @@ fn row_major<T: Copy>(a: &ndarray::ArrayViewD<T>) -> Vec<T> {
     }
 }
 
-fn run_fused<T: FusedFloat>(g: &Graph, f: &Fused, env: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+/// Block `[start, start + dst.len())` (in `order`) of `row` broadcast
+/// along the leading axes of a loop of `size` elements, into `dst`.
+fn fill_row<T: Copy>(dst: &mut [T], row: &[T], start: usize, size: usize, order: Order) {
+    let n = row.len();
+    let mut p = start;
+    let mut out = dst;
+    while !out.is_empty() {
+        let take = match order {
+            Order::C => {
+                let k = p % n;
+                let take = (n - k).min(out.len());
+                out[..take].copy_from_slice(&row[k..k + take]);
+                take
+            }
+            Order::F => {
+                let lead = size / n;
+                let k = p / lead;
+                let take = (lead - p % lead).min(out.len());
+                out[..take].fill(row[k]);
+                take
+            }
+        };
+        out = &mut out[take..];
+        p += take;
+    }
+}
+
+fn run_fused<T: PoolFloat>(
+    g: &Graph,
+    f: &Fused,
+    env: &[Option<Tensor>],
+    pool: &mut Pool,
+    class_of: &[Option<usize>],
+) -> Result<Vec<Tensor>> {
     let arrays: Vec<&ArrayD<T>> = f
         .inputs
         .iter()
@@ -676,42 +1228,65 @@ fn run_fused<T: FusedFloat>(g: &Graph, f: &Fused, env: &[Option<Tensor>]) -> Res
         })
         .collect();
     let block = BLOCK.min(f.size.max(1));
-    let mut bufs: Vec<Vec<T>> = vec![vec![T::zero(); block]; f.nbufs];
+    let mut bufs = std::mem::take(T::scratch(pool));
+    if bufs.len() < f.nbufs {
+        bufs.resize_with(f.nbufs, || vec![T::zero(); BLOCK]);
+    }
     for &(v, b) in &f.scalars {
         let s = operand::<T>(g, env, v, g.avals[v].shape())?;
         bufs[b].fill(*s.iter().next().expect("a scalar operand has one element"));
     }
+    // Row operands, in the loop's order: in row-major order element `p`
+    // of the loop reads element `p % n` of the row, in column-major order
+    // element `p / (size / n)` (the row's own elements in that order).
+    let rows: Vec<Cow<[T]>> = f
+        .rows
+        .iter()
+        .map(|&(v, _)| operand::<T>(g, env, v, g.avals[v].shape()).map(|a| elements(a, order)))
+        .collect::<Result<_>>()?;
     let mut outs: Vec<Vec<T>> = f
         .outputs
         .iter()
-        .map(|_| Vec::with_capacity(f.size))
+        .map(|&v| take(pool, class_of[v], f.size))
         .collect();
     let mut start = 0;
     while start < f.size {
         let len = block.min(f.size - start);
+        for (row, &(_, b)) in rows.iter().zip(&f.rows) {
+            fill_row(&mut bufs[b][..len], row, start, f.size, order);
+        }
         for (op, k) in f.ops.iter().zip(&kernels) {
-            let mut dst = std::mem::take(&mut bufs[op.dst]);
+            // The destination is moved out of its list for the call (it is
+            // never one of the operands), and back.
+            let (mut dst, at) = match op.dst {
+                Operand::Buf(b) => (std::mem::take(&mut bufs[b]), 0),
+                Operand::Out(o) => (std::mem::take(&mut outs[o]), start),
+                Operand::Input(_) => unreachable!("results go to buffers or outputs"),
+            };
             {
                 let mut ins: [&[T]; MAX_ARITY] = [&[]; MAX_ARITY];
                 for (slot, o) in ins.iter_mut().zip(&op.operands) {
                     *slot = match *o {
                         Operand::Input(i) => &inputs[i][start..start + len],
                         Operand::Buf(b) => &bufs[b][..len],
+                        Operand::Out(o) => &outs[o][start..start + len],
                     };
                 }
-                T::block(*k, &ins[..op.operands.len()], &mut dst[..len]);
+                T::block(*k, &ins[..op.operands.len()], &mut dst[at..at + len]);
             }
-            if let Some(o) = op.output {
-                outs[o].extend_from_slice(&dst[..len]);
+            match op.dst {
+                Operand::Buf(b) => bufs[b] = dst,
+                Operand::Out(o) => outs[o] = dst,
+                Operand::Input(_) => {}
             }
-            bufs[op.dst] = dst;
         }
         start += len;
     }
+    *T::scratch(pool) = bufs;
     outs.into_iter()
         .map(|v| {
             ArrayD::from_shape_vec(IxDyn(&f.shape).set_f(order == Order::F), v)
-                .map(T::wrap)
+                .map(T::tensor)
                 .map_err(|e| Error::invalid("fused element-wise loop", e.to_string()))
         })
         .collect()
@@ -782,6 +1357,7 @@ mod tests {
         let mut avals: Vec<Aval> = (0..n_in).map(|_| Aval::new(&shape, dtype)).collect();
         avals.push(Aval::new(&[], dtype));
         avals.push(Aval::new(&[5, 5], dtype));
+        avals.push(Aval::new(&[5], dtype));
         let args: Vec<Tensor> = avals
             .iter()
             .map(|a| rand_tensor(&mut rng, a.shape(), dtype))
@@ -791,7 +1367,7 @@ mod tests {
         let choices: Vec<(usize, usize, usize, f64)> = (0..n_ops)
             .map(|_| {
                 (
-                    rng.random_range(0..14),
+                    rng.random_range(0..19),
                     rng.random_range(0..1000),
                     rng.random_range(0..1000),
                     rng.random_range(-2.0..2.0),
@@ -803,7 +1379,7 @@ mod tests {
         let g = trace(
             |a: &[Tensor]| {
                 let mut pool: Vec<Tensor> = a[..n_in].to_vec();
-                let (s, w) = (&a[n_in], &a[n_in + 1]);
+                let (s, w, row) = (&a[n_in], &a[n_in + 1], &a[n_in + 2]);
                 for &(op, i, j, c) in &choices {
                     let x = pool[i % pool.len()].clone();
                     let y = pool[j % pool.len()].clone();
@@ -826,7 +1402,20 @@ mod tests {
                             .broadcast_to(&shape)?
                             .mul(&y)?,
                         12 => x.mul(&konst)?,
-                        _ => crate::ops::elementwise::unary(UnaryOp::Sin, &x)?.mul(&x)?,
+                        // Reshapes: the inner ones get a moved, unique operand.
+                        14 => x
+                            .add_scalar(c)?
+                            .reshape(&[5, 3])?
+                            .reshape(&[15])?
+                            .reshape(&[3, 5])?,
+                        // A product of a transposed value (and its reshape).
+                        15 => y.matmul(&x.t()?.matmul(&y)?)?.reshape(&[3, 5])?,
+                        13 => crate::ops::elementwise::unary(UnaryOp::Sin, &x)?.mul(&x)?,
+                        // Rows broadcast along the leading axis.
+                        16 => x.add(row)?,
+                        17 => binary(BinaryOp::Sub, row, &x)?.mul(&y)?,
+                        18 => x.mul(&y.sum(&[0])?)?.add_scalar(c)?,
+                        _ => unreachable!("ops are drawn from 0..19"),
                     };
                     pool.push(z);
                 }
@@ -840,18 +1429,215 @@ mod tests {
 
     #[test]
     fn plan_matches_interpreter_on_random_graphs() {
-        let mut fused = 0;
+        let (mut fused, mut with_rows) = (0, 0);
         for seed in 0..300 {
             for dtype in [DType::F64, DType::F32] {
                 let (g, args) = random_program(seed, dtype);
                 let p = check(g, &args, &format!("seed {seed} {dtype}"));
                 fused += fused_groups(&p).iter().filter(|&&n| n > 1).count();
+                with_rows += p
+                    .steps
+                    .iter()
+                    .filter(|s| matches!(s, Step::Fused(f) if !f.rows.is_empty()))
+                    .count();
             }
         }
         assert!(
             fused > 100,
             "only {fused} groups of several equations fused"
         );
+        assert!(
+            with_rows > 100,
+            "only {with_rows} groups with a row operand"
+        );
+    }
+
+    /// A copy of `t`'s values that nobody else holds, row- or column-major.
+    fn fresh_copy(t: &Tensor, column_major: bool) -> Tensor {
+        fn lay<T: Copy + num_traits::Zero>(a: &ArrayD<T>, f: bool) -> ArrayD<T> {
+            let mut b = ArrayD::zeros(IxDyn(a.shape()).set_f(f));
+            b.assign(a);
+            b
+        }
+        match t.data().unwrap() {
+            ArrayData::F32(a) => Tensor::from_array(lay(a, column_major)),
+            ArrayData::F64(a) => Tensor::from_array(lay(a, column_major)),
+            d => Tensor::from_data(d.clone()),
+        }
+    }
+
+    fn bits(t: &Tensor) -> Vec<u64> {
+        t.to_vec_f64()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// One plan called repeatedly: new arguments each call (fresh random
+    /// values, copies nobody else holds, column-major copies, and outputs
+    /// of the previous call fed back as arguments, as a recurrent state
+    /// is); outputs held by the caller across calls must keep their values
+    /// (a recycled buffer is never one the caller still holds), and every
+    /// call matches the interpreter bit for bit.
+    #[test]
+    fn plan_repeated_calls_recycle_buffers_without_aliasing() {
+        for seed in 0..200 {
+            for dtype in [DType::F64, DType::F32] {
+                let what = |call: usize| format!("seed {seed} {dtype} call {call}");
+                let (g, mut args) = random_program(seed, dtype);
+                let g = Arc::new(g);
+                let plan = Plan::new(g.clone()).unwrap();
+                let mut rng = StdRng::seed_from_u64(seed + 1000);
+                let mut held: Vec<(Tensor, Vec<u64>)> = Vec::new();
+                for call in 0..6 {
+                    let want = g.eval(&args).unwrap();
+                    let given: Vec<Tensor> = match call % 3 {
+                        0 => args.clone(),
+                        1 => args.iter().map(|t| fresh_copy(t, false)).collect(),
+                        _ => args.iter().map(|t| fresh_copy(t, t.ndim() == 2)).collect(),
+                    };
+                    let got = plan.run(given).unwrap();
+                    assert_same(&got, &want, &what(call));
+                    if call == 3 {
+                        // Dropped by the caller: recyclable from now on.
+                        held.clear();
+                    }
+                    held.extend(got.iter().map(|t| (t.clone(), bits(t))));
+                    for (t, b) in &held {
+                        assert_eq!(&bits(t), b, "{}: a held output changed", what(call));
+                    }
+                    let in_avals = g.in_avals();
+                    args = in_avals
+                        .iter()
+                        .map(|a| {
+                            let back = got.iter().find(|t| t.aval() == *a);
+                            match back {
+                                Some(t) if rng.random_bool(0.6) => t.clone(),
+                                _ => rand_tensor(&mut rng, a.shape(), dtype),
+                            }
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+
+    /// The data pointer of a float tensor.
+    fn data_ptr(t: &Tensor) -> usize {
+        match t.data().unwrap() {
+            ArrayData::F32(a) => a.as_ptr() as usize,
+            ArrayData::F64(a) => a.as_ptr() as usize,
+            _ => panic!("float expected"),
+        }
+    }
+
+    #[test]
+    fn plan_reuses_a_buffer_once_the_caller_drops_it() {
+        let a = Aval::new(&[4, 70], DType::F32);
+        let g = trace(
+            |x: &[Tensor]| Ok(vec![x[0].tanh()?.mul(&x[1])?.matmul(&x[1].t()?)?]),
+            &[a.clone(), a],
+        )
+        .unwrap();
+        let g = Arc::new(g);
+        let plan = Plan::new(g.clone()).unwrap();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut args = || -> Vec<Tensor> {
+            (0..2)
+                .map(|_| rand_tensor(&mut rng, &[4, 70], DType::F32))
+                .collect()
+        };
+        let (a1, a2, a3) = (args(), args(), args());
+        let y1 = plan.run(a1.clone()).unwrap();
+        let p1 = data_ptr(&y1[0]);
+        // Held: the next call writes elsewhere, and y1 keeps its values.
+        let v1 = bits(&y1[0]);
+        let y2 = plan.run(a2.clone()).unwrap();
+        assert_ne!(data_ptr(&y2[0]), p1);
+        assert_eq!(bits(&y1[0]), v1);
+        assert_same(&y2, &g.eval(&a2).unwrap(), "second call");
+        // Dropped: its buffer comes back (the matrix product writes into it).
+        drop(y1);
+        let y3 = plan.run(a3.clone()).unwrap();
+        assert_eq!(data_ptr(&y3[0]), p1);
+        assert_same(&y3, &g.eval(&a3).unwrap(), "third call");
+        // Against explicit loops in f64 (f32 rounding allowed).
+        let (x0, x1) = (a3[0].to_vec_f64().unwrap(), a3[1].to_vec_f64().unwrap());
+        let h: Vec<f64> = x0
+            .iter()
+            .zip(&x1)
+            .map(|(p, q)| (*p as f32).tanh() as f64 * q)
+            .collect();
+        let got = y3[0].to_vec_f64().unwrap();
+        for i in 0..4 {
+            for j in 0..4 {
+                let want: f64 = (0..70).map(|k| h[i * 70 + k] * x1[j * 70 + k]).sum();
+                assert!(
+                    (got[i * 4 + j] - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "{i},{j}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn plan_reshape_and_transpose_of_a_moved_unique_value_copy_nothing() {
+        let g = trace(
+            |x: &[Tensor]| Ok(vec![x[0].exp()?.reshape(&[6, 2])?.reshape(&[3, 4])?]),
+            &[Aval::new(&[2, 6], DType::F64)],
+        )
+        .unwrap();
+        let mut rng = StdRng::seed_from_u64(8);
+        let x = rand_tensor(&mut rng, &[2, 6], DType::F64);
+        let p = check(g, std::slice::from_ref(&x), "reshape");
+        let kinds: Vec<Kernel> = p
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Eqn { kernel, .. } => Some(*kernel),
+                Step::Fused(_) => None,
+            })
+            .collect();
+        assert_eq!(kinds, vec![Kernel::Reshape, Kernel::Reshape]);
+        let y = p.run(vec![x.clone()]).unwrap();
+        let want: Vec<f64> = x.to_vec_f64().unwrap().iter().map(|v| v.exp()).collect();
+        assert_eq!(y[0].shape(), &[3, 4]);
+        assert_eq!(y[0].to_vec_f64().unwrap(), want);
+        // An argument nobody else holds is reshaped where it lies; a held
+        // one is copied (and keeps its shape).
+        let g = trace(
+            |x: &[Tensor]| Ok(vec![x[0].reshape(&[12])?.reshape(&[4, 3])?]),
+            &[Aval::new(&[2, 6], DType::F64)],
+        )
+        .unwrap();
+        let p = Plan::new(Arc::new(g)).unwrap();
+        let moved = fresh_copy(&x, false);
+        let ptr = data_ptr(&moved);
+        let y = p.run(vec![moved]).unwrap();
+        assert_eq!(data_ptr(&y[0]), ptr);
+        assert_eq!(y[0].to_vec_f64().unwrap(), x.to_vec_f64().unwrap());
+        let y = p.run(vec![x.clone()]).unwrap();
+        assert_ne!(data_ptr(&y[0]), data_ptr(&x));
+        assert_eq!((x.shape(), y[0].shape()), (&[2, 6][..], &[4, 3][..]));
+        assert_eq!(y[0].to_vec_f64().unwrap(), x.to_vec_f64().unwrap());
+        // Likewise a transpose (strides permuted, as `eval` does).
+        let g = trace(
+            |x: &[Tensor]| Ok(vec![x[0].t()?]),
+            &[Aval::new(&[2, 6], DType::F64)],
+        )
+        .unwrap();
+        let p = Plan::new(Arc::new(g)).unwrap();
+        let moved = fresh_copy(&x, false);
+        let ptr = data_ptr(&moved);
+        let y = p.run(vec![moved]).unwrap();
+        assert_eq!(data_ptr(&y[0]), ptr);
+        let y2 = p.run(vec![x.clone()]).unwrap();
+        assert_ne!(data_ptr(&y2[0]), data_ptr(&x));
+        let xv = x.to_vec_f64().unwrap();
+        let want: Vec<f64> = (0..12).map(|k| xv[(k % 2) * 6 + k / 2]).collect();
+        assert_eq!(y[0].to_vec_f64().unwrap(), want);
+        assert_eq!(y2[0].to_vec_f64().unwrap(), want);
     }
 
     #[test]
@@ -979,6 +1765,78 @@ mod tests {
         )
         .unwrap();
         check(g, &args, "layouts");
+    }
+
+    #[test]
+    fn plan_row_operands_broadcast_in_either_order() {
+        use ndarray::Array;
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut arr = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            Array::from_shape_vec(IxDyn(shape), v).unwrap()
+        };
+        // Row-major and column-major loops (2-D over 300 elements: blocks
+        // that end inside a row), and a 3-D loop with a 2-D trailing row.
+        for column_major in [false, true] {
+            let lay = |a: ArrayD<f64>| {
+                if column_major {
+                    Tensor::from_array(
+                        a.reversed_axes()
+                            .as_standard_layout()
+                            .reversed_axes()
+                            .to_owned(),
+                    )
+                } else {
+                    Tensor::from_array(a)
+                }
+            };
+            let (x, y) = (lay(arr(&[20, 15])), lay(arr(&[20, 15])));
+            let row = Tensor::from_array(arr(&[15]));
+            let (z, row2) = (lay(arr(&[7, 3, 40])), Tensor::from_array(arr(&[3, 40])));
+            let args = vec![x.clone(), y.clone(), row.clone(), z.clone(), row2.clone()];
+            let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+            let g = trace(
+                |a: &[Tensor]| {
+                    let h = a[0].add(&a[2])?.tanh()?.mul(&a[1])?;
+                    let k = binary(BinaryOp::Sub, &a[4], &a[3])?.exp()?;
+                    Ok(vec![h, k])
+                },
+                &avals,
+            )
+            .unwrap();
+            let p = check(g, &args, "rows");
+            assert_eq!(fused_groups(&p), vec![3, 2]);
+            let got = p.run(args).unwrap();
+            for t in &got {
+                let ArrayData::F64(a) = t.data().unwrap() else {
+                    panic!("f64 expected")
+                };
+                assert_eq!(!a.is_standard_layout(), column_major, "the loop's order");
+            }
+            let (xa, ya, ra) = (
+                x.to_array_f64().unwrap(),
+                y.to_array_f64().unwrap(),
+                row.to_array_f64().unwrap(),
+            );
+            let (za, r2) = (z.to_array_f64().unwrap(), row2.to_array_f64().unwrap());
+            let h = got[0].to_array_f64().unwrap();
+            for i in 0..20 {
+                for j in 0..15 {
+                    let want = (xa[[i, j]] + ra[[j]]).tanh() * ya[[i, j]];
+                    assert_eq!(h[[i, j]], want, "{column_major} h[{i},{j}]");
+                }
+            }
+            let k = got[1].to_array_f64().unwrap();
+            for i in 0..7 {
+                for j in 0..3 {
+                    for l in 0..40 {
+                        let want = (r2[[j, l]] - za[[i, j, l]]).exp();
+                        assert_eq!(k[[i, j, l]], want, "{column_major} k[{i},{j},{l}]");
+                    }
+                }
+            }
+        }
     }
 
     /// A two-output primitive: `(x + 1, 2 x)`.

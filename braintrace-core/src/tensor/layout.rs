@@ -119,6 +119,13 @@ pub(crate) fn extend_copy<T: Copy>(dst: &mut Vec<T>, src: &[T]) {
     }
 }
 
+/// Copy `src` into `dst` (of the same length) in blocks (see [`block`]).
+pub(crate) fn copy_blocks<T: Copy>(dst: &mut [T], src: &[T]) {
+    for (d, s) in dst.chunks_mut(block::<T>()).zip(src.chunks(block::<T>())) {
+        d.copy_from_slice(s);
+    }
+}
+
 /// A copy of `src` as a vector, in blocks (see [`block`]).
 pub(crate) fn copy_to_vec<T: Copy>(src: &[T]) -> Vec<T> {
     let mut v = Vec::with_capacity(src.len());

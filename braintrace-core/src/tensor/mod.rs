@@ -11,8 +11,8 @@ pub use data::{ArrayData, Element};
 pub use dtype::{checked_size, saturating_size, Aval, DType};
 pub use inplace::ArrayElement;
 pub(crate) use layout::{
-    assign, copy_array, copy_to_vec, extend_copy, into_standard, map_elements, row_major,
-    standard_layout, to_standard,
+    assign, copy_array, copy_blocks, copy_to_vec, extend_copy, into_standard, map_elements,
+    row_major, standard_layout, to_standard,
 };
 
 use crate::error::{Error, Result};
