@@ -1099,13 +1099,13 @@ fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [
             return;
         }
     }
-    block_body(ctx, k, part, grad);
+    block_scaled_or_not(ctx, k, part, grad);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn block_avx2<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
-    block_body(ctx, k, part, grad);
+    block_scaled_or_not(ctx, k, part, grad);
 }
 
 /// Gradient rows per tile: the tile's rows of the gradient (at most about
@@ -1115,8 +1115,24 @@ fn tile_rows(no: usize, elem: usize) -> usize {
     (65536 / (no * elem).max(1)).max(1)
 }
 
+/// The block, compiled separately with and without a transform's
+/// derivative (the loop without one stays as tight as it was).
 #[inline(always)]
-fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, grad: &mut [T]) {
+fn block_scaled_or_not<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
+    if ctx.ops.scale.is_some() {
+        block_body::<T, true>(ctx, k, part, grad);
+    } else {
+        block_body::<T, false>(ctx, k, part, grad);
+    }
+}
+
+#[inline(always)]
+fn block_body<T: Float, const SCALED: bool>(
+    ctx: &Ctx<'_, T>,
+    k: usize,
+    mut part: Vec<&mut [T]>,
+    grad: &mut [T],
+) {
     let Dims {
         i: ni, o: no, s, ..
     } = ctx.dims;
@@ -1127,7 +1143,7 @@ fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, gra
     let rows = grad.len() / no;
     let tile = ctx.tile.max(1);
     // The instantaneous term of a row with a transform: x Df f'(W)[i, :].
-    let mut inst: Vec<T> = if scale.is_some() {
+    let mut inst: Vec<T> = if SCALED {
         vec![T::zero(); row_len]
     } else {
         Vec::new()
@@ -1146,7 +1162,7 @@ fn block_body<T: Float>(ctx: &Ctx<'_, T>, k: usize, mut part: Vec<&mut [T]>, gra
                 .enumerate()
             {
                 let xi = x.map(|x| x[b * ni + i0 + t0 + ii]).unwrap_or_else(T::one);
-                let (xi, f): (T, &[T]) = match scale {
+                let (xi, f): (T, &[T]) = match scale.filter(|_| SCALED) {
                     Some(sc) => {
                         let srow = &sc[(i0 + t0 + ii) * no..(i0 + t0 + ii + 1) * no];
                         for (fa, ia) in dfb.chunks_exact(no).zip(inst.chunks_exact_mut(no)) {
