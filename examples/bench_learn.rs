@@ -583,9 +583,11 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
         "{:>9} {:>6} {:>9} {:>9} {:>6}  {:<40} shapes",
         "us/step", "%", "med us", "mean us", "n/step", "op"
     );
+    let mut long = Vec::new();
     for r in rows.iter().take(30) {
         let t = est(r);
         let op: String = if r.op.chars().count() > 40 {
+            long.push(&r.op);
             r.op.chars().take(37).chain("...".chars()).collect()
         } else {
             r.op.clone()
@@ -600,6 +602,9 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
             op,
             r.shapes
         );
+    }
+    for op in long {
+        eprintln!("  {op}");
     }
     Ok(())
 }
