@@ -88,6 +88,12 @@ pub struct PpProp {
     pub vjp_method: VjpMethod,
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
+    /// Accumulate the weight gradients of relations with a registered
+    /// [`FusedKind::Dense`](super::FusedKind::Dense) kernel in the learner,
+    /// as one matrix product per chunk of steps (`Σ_t x̄_tᵀ g_t` with the
+    /// steps stacked along the batch axis) instead of one `xy_to_dw` per
+    /// step (on by default; the same sums, added in another order).
+    pub fast_paths: bool,
 }
 
 impl PpProp {
@@ -115,7 +121,14 @@ impl PpProp {
             decay_f,
             vjp_method: VjpMethod::SingleStep,
             non_temporal: NonTemporal::Zero,
+            fast_paths: true,
         })
+    }
+    /// With the fused weight-gradient accumulation on or off (see
+    /// [`fast_paths`](Self::fast_paths)).
+    pub fn fast_paths(mut self, on: bool) -> Self {
+        self.fast_paths = on;
+        self
     }
     /// With this VJP method.
     pub fn vjp_method(mut self, m: VjpMethod) -> Self {

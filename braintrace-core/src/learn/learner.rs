@@ -5,6 +5,7 @@
 use super::algorithm::{Algorithm, Reduction, VjpMethod};
 use super::compiler::EtraceGraph;
 use super::fast::{FastTrace, Solve};
+use super::pp_fast::{Leaf, PpDense};
 use super::program::Program;
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
@@ -172,16 +173,25 @@ impl<M: Model> Learner<M> {
     pub fn graph(&self) -> &EtraceGraph {
         &self.program.eg
     }
-    /// A readable account of the compilation; for D-RTRL it says how many
-    /// (relation, group) pairs run a fused trace kernel
-    /// (`fused trace kernels: 2 of 2 relation-group pairs`).
+    /// A readable account of the compilation; it says how many
+    /// (relation, group) pairs run a fused trace kernel (D-RTRL:
+    /// `fused trace kernels: 2 of 2 relation-group pairs`) or have their
+    /// weight gradients accumulated by the learner (pp_prop:
+    /// `fused dense gradients (pp_prop): 2 of 2 relation-group pairs`).
     pub fn explain(&self) -> String {
         let mut s = format!("algorithm: {:?}\n", self.program.algo);
+        let layout = &self.program.layout;
         if matches!(self.program.algo, Algorithm::DRtrl(_)) {
             s += &format!(
                 "fused trace kernels: {} of {} relation-group pairs\n",
                 self.fast.len(),
-                self.program.layout.pairs.len()
+                layout.pairs.len()
+            );
+        } else {
+            s += &format!(
+                "fused dense gradients (pp_prop): {} of {} relation-group pairs\n",
+                layout.pp_fast.iter().filter(|&&f| f).count(),
+                layout.pairs.len()
             );
         }
         s + &self.program.eg.explain()
@@ -353,15 +363,42 @@ impl<M: Model> Learner<M> {
             let traces = &rest[3..3 + nt];
             let (_, new_h, new_tr, fin) = program.forward(params, hidden, x, traces)?;
             let solve_tr = if multi { traces } else { &new_tr[..] };
-            let (l, g, signals) = program.gradient(params, hidden, x, y, solve_tr, c, loss_ref)?;
+            let (l, g, signals, pp_rows) =
+                program.gradient(params, hidden, x, y, solve_tr, c, loss_ref)?;
             let mut v = new_h;
             v.extend(new_tr);
             v.extend(fin);
             v.push(l);
             v.extend(g);
             v.extend(signals);
+            v.extend(pp_rows);
             Ok(v)
         });
+        let ngroups = self.program.eg.groups().len();
+        let prog_params = self.program.program_grads(np);
+        let ng = prog_params.len();
+        // pp_prop: the learner accumulates the weight gradients of the
+        // dense relations over chunks of steps (`pp_fast`).
+        let mut pp_dense: Vec<PpDense> = self
+            .program
+            .layout
+            .pairs
+            .iter()
+            .zip(&self.program.layout.pp_fast)
+            .filter(|(_, &f)| f)
+            .map(|(pair, _)| {
+                let r = &self.program.eg.relations()[pair.rel];
+                let leaves = r
+                    .trainables
+                    .iter()
+                    .map(|t| Leaf {
+                        param: t.param,
+                        has_input: t.name == "weight" && r.x_var.is_some(),
+                    })
+                    .collect();
+                PpDense::new(leaves, self.state.dtype())
+            })
+            .collect();
         let mut hidden = self.state.hidden_values().to_vec();
         let mut traces = self.traces.clone();
         // The fused kernels update the learner's traces in place (see the
@@ -406,15 +443,19 @@ impl<M: Model> Learner<M> {
                 let (new_tr, rest) = rest.split_at(nt);
                 let (fin, rest) = rest.split_at(nfin);
                 let (loss_t, rest) = rest.split_first().expect("the step program returns a loss");
-                let (grads_t, signals) = rest.split_at(np);
+                let (grads_t, rest) = rest.split_at(ng);
+                let (signals, pp_rows) = rest.split_at(ngroups);
                 losses.push(loss_t.clone());
                 Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
+                for (k, acc) in pp_dense.iter_mut().enumerate() {
+                    acc.push(&pp_rows[2 * k], &pp_rows[2 * k + 1])?;
+                }
                 // Accumulated in place: the sum's buffer is the learner's
                 // alone from the second step on (copy-on-write before that).
-                for (s, g) in sums.iter_mut().zip(grads_t) {
-                    match s {
+                for (&i, g) in prog_params.iter().zip(grads_t) {
+                    match &mut sums[i] {
                         Some(a) => a.add_in_place(g)?,
-                        None => *s = Some(g.clone()),
+                        s => *s = Some(g.clone()),
                     }
                 }
                 hidden = new_h;
@@ -437,13 +478,16 @@ impl<M: Model> Learner<M> {
             self.running_index += done;
             return Err(e);
         }
+        let mut fused: Vec<(usize, Tensor)> = pp_dense.iter_mut().flat_map(PpDense::take).collect();
         for f in &mut fast {
             for (p, t) in &mut f.leaves {
-                let g = t.take_grad()?;
-                match &mut sums[*p] {
-                    Some(a) => a.add_in_place(&g)?,
-                    s => *s = Some(g),
-                }
+                fused.push((*p, t.take_grad()?));
+            }
+        }
+        for (p, g) in fused {
+            match &mut sums[p] {
+                Some(a) => a.add_in_place(&g)?,
+                s => *s = Some(g),
             }
         }
         let scale = match reduction {

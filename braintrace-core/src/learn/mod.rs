@@ -24,6 +24,7 @@ mod compiler;
 mod diagnostics;
 mod fast;
 mod learner;
+mod pp_fast;
 mod program;
 mod state;
 

@@ -146,6 +146,12 @@ pub(crate) struct Layout {
     /// D-RTRL: per pair, whether the fused kernel of [`super::fast`] runs it
     /// (its traces then live in the learner, not in the flat list).
     pub fast: Vec<bool>,
+    /// pp_prop: per pair, whether the learner accumulates its weight
+    /// gradients from `x̄` and the summed signal (a relation with a
+    /// [`FusedKind::Dense`](super::FusedKind::Dense) kernel whose shapes fit):
+    /// the gradient program then returns those two instead of calling
+    /// `xy_to_dw`.
+    pub pp_fast: Vec<bool>,
 }
 
 impl Layout {
@@ -183,6 +189,7 @@ impl Program {
         let mut drtrl = Vec::new();
         let mut pp_f = Vec::new();
         let mut fast = Vec::new();
+        let mut pp_fast = Vec::new();
         for r in eg.relations() {
             if let Some(xv) = r.x_var {
                 if !x_vars.contains(&xv) {
@@ -243,6 +250,7 @@ impl Program {
                             )
                         }));
                         drtrl.push(keys);
+                        pp_fast.push(false);
                     }
                     Algorithm::PpProp(_) => {
                         let xa = r.x_var.map(|v| g.aval(v).clone());
@@ -264,6 +272,13 @@ impl Program {
                         }
                         pp_f.push(Aval::new(&vs, init.dtype()));
                         fast.push(false);
+                        let dense = matches!(algo, Algorithm::PpProp(pp) if pp.fast_paths)
+                            && super::fast::kernel_for(r.primitive.name(), &r.params)
+                                == Some(super::fast::FusedKind::Dense)
+                            && super::pp_fast::no_transforms(&r.params);
+                        let xa = r.x_var.map(|v| g.aval(v));
+                        pp_fast
+                            .push(dense && super::pp_fast::shapes_fit(xa, &grp.varshape, &weights));
                     }
                 }
             }
@@ -278,6 +293,7 @@ impl Program {
                 drtrl,
                 pp_f,
                 fast,
+                pp_fast,
             },
         })
     }
@@ -604,11 +620,13 @@ impl Program {
         Ok(out)
     }
 
-    /// The gradient program: `(loss, grads)` with one gradient per model
-    /// parameter. `traces` are the traces after this step for the
+    /// The gradient program: `(loss, grads, signals, pp_rows)` with the
+    /// gradients of the parameters [`program_grads`](Self::program_grads)
+    /// lists, the learning signal per group and, per pp_prop pair
+    /// with [`Layout::pp_fast`], its `x̄` and summed signal. `traces` are the traces after this step for the
     /// single-step method and before it for the multi-step method; `c` is
     /// pp_prop's bias correction (a scalar; ignored by D-RTRL).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     pub(crate) fn gradient<L>(
         &self,
         params: &[Tensor],
@@ -618,7 +636,7 @@ impl Program {
         traces: &[Tensor],
         c: &Tensor,
         loss: &L,
-    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>)>
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>, Vec<Tensor>)>
     where
         L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
     {
@@ -700,19 +718,46 @@ impl Program {
                 }
             }
         }
+        let mut pp_rows = Vec::new();
         let solved = match &self.algo {
             Algorithm::DRtrl(_) => self.drtrl_solve(params, traces, &signals)?,
-            Algorithm::PpProp(_) => self.pp_solve(params, traces, &signals, c)?,
+            Algorithm::PpProp(_) => self.pp_solve(params, traces, &signals, c, &mut pp_rows)?,
         };
         for (i, t) in solved {
             addg(i, t)?;
         }
-        let grads = grads
+        let grads = self
+            .program_grads(np)
             .into_iter()
-            .zip(params)
-            .map(|(g, p)| g.unwrap_or_else(|| p.zeros_like()))
+            .map(|i| grads[i].take().unwrap_or_else(|| params[i].zeros_like()))
             .collect();
-        Ok((l, grads, signals))
+        Ok((l, grads, signals, pp_rows))
+    }
+
+    /// The parameters (of `np`) whose per-step gradient the gradient
+    /// program returns, in order; every other parameter's gradient comes
+    /// from the learner's fused paths alone, or is zero — no zero tensor is
+    /// made and added per step for them.
+    pub(crate) fn program_grads(&self, np: usize) -> Vec<usize> {
+        let single = self.algo.vjp_method() == VjpMethod::SingleStep;
+        if !single {
+            return (0..np).collect();
+        }
+        let mut on = vec![false; np];
+        if self.algo.non_temporal() == NonTemporal::InStep {
+            for i in self.eg.params_without_relation() {
+                on[i] = true;
+            }
+        }
+        for (pi, pair) in self.layout.pairs.iter().enumerate() {
+            if self.layout.fast[pi] || self.layout.pp_fast[pi] {
+                continue;
+            }
+            for t in &self.eg.relations()[pair.rel].trainables {
+                on[t.param] = true;
+            }
+        }
+        (0..np).filter(|&i| on[i]).collect()
     }
 
     fn drtrl_solve(
@@ -785,6 +830,7 @@ impl Program {
         traces: &[Tensor],
         signals: &[Tensor],
         c: &Tensor,
+        rows: &mut Vec<Tensor>,
     ) -> Result<Vec<(usize, Tensor)>> {
         let nx = self.layout.x_vars.len();
         let mut out = Vec::new();
@@ -805,6 +851,13 @@ impl Program {
                 }
                 None => None,
             };
+            if self.layout.pp_fast[pi] {
+                // The learner accumulates `x̄ᵀ gsum` over a chunk of steps
+                // (see `pp_fast`); `x̄` is a placeholder without input.
+                rows.push(x.unwrap_or_else(|| Tensor::scalar(0.0)));
+                rows.push(gsum);
+                continue;
+            }
             let weights = self.weights(pair.rel, params);
             let res = r
                 .primitive

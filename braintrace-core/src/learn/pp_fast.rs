@@ -1,0 +1,268 @@
+//! pp_prop's weight gradients for dense relations, accumulated by the
+//! learner over chunks of steps.
+//!
+//! For a relation whose primitive has a [`FusedKind::Dense`] kernel
+//! (`y = x @ W + b`, or an element-wise weight), `xy_to_dw` of one step is
+//! `∇W = x̄ᵀ g` and `∇b = Σ_rows g`, where `x̄` is the input trace `(rows, I)`
+//! and `g` the step's summed learning signal `(rows, O)` (rows: the batch).
+//! Summed over the steps of an `etrace_grad` call, these are one matrix
+//! product with the steps' rows stacked: `∇W = [x̄_1; …; x̄_T]ᵀ [g_1; …; g_T]`.
+//! The learner keeps the rows of a chunk of steps (about [`CHUNK_ROWS`]) and
+//! runs one product per chunk, into the gradient: at a hidden size of 128
+//! and batch 16 that replaces a `144×16 · 16×128` product, a fresh
+//! `144×128` gradient and its addition per step with a `144×256 · 256×128`
+//! product every 16 steps.
+//!
+//! The same sums as the rules, added in another order; a test checks the
+//! two paths against each other in f64.
+//!
+//! [`FusedKind::Dense`]: super::FusedKind::Dense
+
+use crate::error::{Error, Result};
+use crate::tensor::{ArrayData, Aval, DType, Tensor};
+use ndarray::linalg::general_mat_mul;
+use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, LinalgScalar};
+use std::collections::BTreeMap;
+
+/// Rows (steps × batch) gathered before one product is run.
+pub(crate) const CHUNK_ROWS: usize = 256;
+
+/// Whether the relation uses no weight or bias transform (with one, the
+/// gradient needs the transform's derivative: the rules run it).
+pub(crate) fn no_transforms(params: &crate::etp::Params) -> bool {
+    ["weight_fn", "bias_fn", "b_fn", "a_fn"]
+        .iter()
+        .all(|k| matches!(params.raw(k), None | Some(crate::etp::ParamValue::None)))
+}
+
+/// Whether the shapes of a relation fit: `weight (I, O)` with an input
+/// `x (*lead, I)` over the hidden group `(*lead, O)`, every other trainable
+/// (a bias, or the weight of a primitive without input) `(O,)`.
+pub(crate) fn shapes_fit(x: Option<&Aval>, vs: &[usize], weights: &BTreeMap<String, Aval>) -> bool {
+    let Some((&o, lead)) = vs.split_last() else {
+        return false;
+    };
+    !weights.is_empty()
+        && weights
+            .iter()
+            .all(|(k, w)| match x.filter(|_| k == "weight") {
+                Some(x) => match x.shape().split_last() {
+                    Some((&i, xlead)) => xlead == lead && w.shape() == [i, o],
+                    None => false,
+                },
+                None => w.shape() == [o],
+            })
+}
+
+/// One trainable of a relation: the model parameter it feeds and whether
+/// its gradient is `x̄ᵀ g` (`weight` with an input) or `Σ_rows g`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Leaf {
+    pub param: usize,
+    pub has_input: bool,
+}
+
+/// The rows of one relation's chunk and its gradients so far.
+struct Acc<T> {
+    i: usize,
+    o: usize,
+    cap: usize,
+    n: usize,
+    x: Vec<T>,
+    g: Vec<T>,
+    /// Per leaf: `(I, O)` or `(1, O)`.
+    grads: Vec<Array2<T>>,
+}
+
+impl<T: LinalgScalar> Acc<T> {
+    fn new(leaves: &[Leaf], i: usize, o: usize, rows: usize) -> Self {
+        let cap = rows * (CHUNK_ROWS / rows.max(1)).max(1);
+        let needs_x = leaves.iter().any(|l| l.has_input);
+        Acc {
+            i,
+            o,
+            cap,
+            n: 0,
+            x: if needs_x {
+                vec![T::zero(); cap * i]
+            } else {
+                Vec::new()
+            },
+            g: vec![T::zero(); cap * o],
+            grads: leaves
+                .iter()
+                .map(|l| Array2::zeros((if l.has_input { i } else { 1 }, o)))
+                .collect(),
+        }
+    }
+
+    fn push(&mut self, leaves: &[Leaf], x: Option<&ArrayD<T>>, g: &ArrayD<T>) {
+        let rows = g.len() / self.o.max(1);
+        if self.n + rows > self.cap {
+            self.flush(leaves);
+        }
+        copy_rows(g, &mut self.g[self.n * self.o..(self.n + rows) * self.o]);
+        if let Some(x) = x.filter(|_| !self.x.is_empty()) {
+            copy_rows(x, &mut self.x[self.n * self.i..(self.n + rows) * self.i]);
+        }
+        self.n += rows;
+    }
+
+    fn flush(&mut self, leaves: &[Leaf]) {
+        let n = self.n;
+        if n == 0 {
+            return;
+        }
+        let g = ArrayView2::from_shape((n, self.o), &self.g[..n * self.o]).expect("rows");
+        for (leaf, grad) in leaves.iter().zip(&mut self.grads) {
+            if leaf.has_input {
+                let x = ArrayView2::from_shape((n, self.i), &self.x[..n * self.i]).expect("rows");
+                general_mat_mul(T::one(), &x.t(), &g, T::one(), grad);
+            } else {
+                let mut row = grad.row_mut(0);
+                for r in g.axis_iter(Axis(0)) {
+                    row.zip_mut_with(&r, |a, &b| *a = *a + b);
+                }
+            }
+        }
+        self.n = 0;
+    }
+
+    fn take(&mut self, leaves: &[Leaf]) -> Vec<ArrayD<T>> {
+        self.flush(leaves);
+        leaves
+            .iter()
+            .zip(&mut self.grads)
+            .map(|(leaf, grad)| {
+                let fresh = Array2::zeros(grad.dim());
+                let g = std::mem::replace(grad, fresh);
+                if leaf.has_input {
+                    g.into_dyn()
+                } else {
+                    g.into_shape_with_order(IxDyn(&[self.o])).expect("one row")
+                }
+            })
+            .collect()
+    }
+}
+
+/// `src`'s elements in row-major order into `dst` (same length).
+fn copy_rows<T: Copy>(src: &ArrayD<T>, dst: &mut [T]) {
+    match src.as_slice() {
+        Some(s) => dst.copy_from_slice(s),
+        None => {
+            for (d, &s) in dst.iter_mut().zip(src.iter()) {
+                *d = s;
+            }
+        }
+    }
+}
+
+enum AccData {
+    Empty,
+    F32(Acc<f32>),
+    F64(Acc<f64>),
+}
+
+/// The gradient accumulator of one pp_prop relation whose `xy_to_dw` the
+/// learner runs (see the module docs). Built per `etrace_grad` call.
+pub(crate) struct PpDense {
+    leaves: Vec<Leaf>,
+    dtype: DType,
+    acc: AccData,
+}
+
+const OP: &str = "pp_prop dense gradient";
+
+impl PpDense {
+    pub(crate) fn new(leaves: Vec<Leaf>, dtype: DType) -> Self {
+        PpDense {
+            leaves,
+            dtype,
+            acc: AccData::Empty,
+        }
+    }
+
+    /// Add one step: `x` the input trace `(*lead, I)` (ignored without an
+    /// input), `g` the summed signal `(*lead, O)`.
+    pub(crate) fn push(&mut self, x: &Tensor, g: &Tensor) -> Result<()> {
+        let Some(&o) = g.shape().last() else {
+            return Err(Error::shape(
+                OP,
+                format!("signal {:?}", g.shape()),
+                "the summed signal must have an output axis",
+            ));
+        };
+        let rows = g.size() / o.max(1);
+        let needs_x = self.leaves.iter().any(|l| l.has_input);
+        let i = if needs_x {
+            let i = x.shape().last().copied().unwrap_or(0);
+            if x.size() != rows * i {
+                return Err(Error::shape(
+                    OP,
+                    format!("x̄ {:?}, signal {:?}", x.shape(), g.shape()),
+                    "the input trace and the signal must have the same rows",
+                ));
+            }
+            i
+        } else {
+            0
+        };
+        let (g, x) = (g.cast(self.dtype)?, x.cast(self.dtype)?);
+        let fits = |a_i: usize, a_o: usize| a_i == i && a_o == o;
+        match (&mut self.acc, g.data()?, x.data()?) {
+            (AccData::Empty, ArrayData::F32(ga), ArrayData::F32(xa)) => {
+                let mut acc = Acc::new(&self.leaves, i, o, rows);
+                acc.push(&self.leaves, needs_x.then_some(xa), ga);
+                self.acc = AccData::F32(acc);
+            }
+            (AccData::Empty, ArrayData::F64(ga), ArrayData::F64(xa)) => {
+                let mut acc = Acc::new(&self.leaves, i, o, rows);
+                acc.push(&self.leaves, needs_x.then_some(xa), ga);
+                self.acc = AccData::F64(acc);
+            }
+            (AccData::F32(acc), ArrayData::F32(ga), ArrayData::F32(xa)) if fits(acc.i, acc.o) => {
+                acc.push(&self.leaves, needs_x.then_some(xa), ga)
+            }
+            (AccData::F64(acc), ArrayData::F64(ga), ArrayData::F64(xa)) if fits(acc.i, acc.o) => {
+                acc.push(&self.leaves, needs_x.then_some(xa), ga)
+            }
+            _ => {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "x̄ {:?}, signal {:?} ({:?})",
+                        x.shape(),
+                        g.shape(),
+                        self.dtype
+                    ),
+                    "every step must have the first step's shapes, in f32 or f64",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The gradients accumulated so far, by model parameter (nothing when
+    /// no step was pushed).
+    pub(crate) fn take(&mut self) -> Vec<(usize, Tensor)> {
+        let grads: Vec<ArrayData> = match &mut self.acc {
+            AccData::Empty => return Vec::new(),
+            AccData::F32(a) => a
+                .take(&self.leaves)
+                .into_iter()
+                .map(ArrayData::F32)
+                .collect(),
+            AccData::F64(a) => a
+                .take(&self.leaves)
+                .into_iter()
+                .map(ArrayData::F64)
+                .collect(),
+        };
+        self.leaves
+            .iter()
+            .zip(grads)
+            .map(|(l, g)| (l.param, Tensor::from_data(g)))
+            .collect()
+    }
+}

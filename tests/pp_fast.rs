@@ -1,0 +1,137 @@
+//! pp_prop's dense weight gradients accumulated by the learner over chunks
+//! of steps (`PpProp::fast_paths`) equal the rule path (`xy_to_dw` per step)
+//! in f64, on every model family of the golden cases, both VJP methods,
+//! across `update` calls and several `etrace_grad` calls, with sequences
+//! long enough that a chunk is flushed in the middle of a call.
+
+mod learn_support;
+
+use braintrace::learn::{compile, Model, ModelState, PpProp, Reduction, TensorDict, VjpMethod};
+use braintrace::nn::{Initializer, Rng};
+use braintrace::prelude::*;
+use learn_support::models::{DiagNet, GruNet, LeakyNet, LifNet};
+
+fn draw(shape: &[usize], seed: u64) -> Tensor {
+    Initializer::Normal { std: 1.0 }
+        .draw(shape, DType::F64, &mut Rng::seed(seed))
+        .unwrap()
+}
+
+fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
+    o.sub(y)?.square()?.mean_all()
+}
+
+fn close(what: &str, got: &TensorDict, want: &TensorDict, tol: f64) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (k, w) in want {
+        let (g, w) = (got[k].to_vec_f64().unwrap(), w.to_vec_f64().unwrap());
+        assert_eq!(g.len(), w.len(), "{what}[{k}]");
+        let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * scale,
+                "{what}[{k}] element {i}: fast {a} vs rules {b}"
+            );
+        }
+    }
+}
+
+/// Run `update`, then `etrace_grad` over `t1` and `t2` steps, with the
+/// fused accumulation on and off; gradients, losses and traces must agree.
+fn check<M: Model, F: Fn() -> M>(make: F, batch: usize, n_in: usize, base: PpProp, t1: usize) {
+    let seed = 11 + t1 as u64;
+    let run = |fast: bool| {
+        let model = make();
+        let state = ModelState::new(&model, DType::F64, seed, Some(batch)).unwrap();
+        let x0 = draw(&[batch, n_in], seed);
+        let (out, _) = state.step(&model, &x0).unwrap();
+        let n_out = out.shape()[1];
+        let mut l = compile(model, state, base.fast_paths(fast), &x0, Some(batch)).unwrap();
+        let explained = l.explain();
+        l.update(&draw(&[batch, n_in], seed + 1)).unwrap();
+        let mut gs = Vec::new();
+        for (k, t) in [t1, 3].into_iter().enumerate() {
+            let xs = draw(&[t, batch, n_in], seed + 2 + k as u64);
+            let ys = draw(&[t, batch, n_out], seed + 5 + k as u64);
+            let g = l.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap();
+            gs.push((g.grads, g.losses.to_vec_f64().unwrap()));
+        }
+        (gs, l.traces(), explained)
+    };
+    let (fast, tr_fast, ex_fast) = run(true);
+    let (slow, tr_slow, ex_slow) = run(false);
+    // The fast run really took the fused path, the other did not.
+    assert!(
+        !ex_fast.contains("fused dense gradients (pp_prop): 0 of"),
+        "{ex_fast}"
+    );
+    assert!(
+        ex_slow.contains("fused dense gradients (pp_prop): 0 of"),
+        "{ex_slow}"
+    );
+    for ((gf, lf), (gs, ls)) in fast.iter().zip(&slow) {
+        close("grads", gf, gs, 1e-12);
+        assert_eq!(lf, ls, "losses");
+    }
+    for (a, b) in tr_fast.iter().zip(&tr_slow) {
+        assert_eq!(a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap(), "traces");
+    }
+}
+
+#[test]
+fn pp_dense_accumulation_equals_the_rules() {
+    for base in [
+        PpProp::new(0.9).unwrap(),
+        PpProp::decays(0.5, 0.8)
+            .unwrap()
+            .vjp_method(VjpMethod::MultiStep),
+    ] {
+        // 100 steps of batch 3: 300 rows, more than one chunk.
+        check(|| GruNet::new(3, 5, 2), 3, 3, base, 100);
+        check(|| GruNet::new(2, 4, 3), 1, 2, base, 7);
+        // Two states per group.
+        check(|| LifNet::new(3, 5, 2, 0.8, 0.6, 0.3, 0.8), 2, 3, base, 9);
+        // A readout relation and a recurrent one over [x, h].
+        check(|| LeakyNet::new(2, 4, 2, 0.7, 0.9), 2, 2, base, 6);
+        // etp_elemwise without input: fused without weight_fn, rules with it.
+        check(|| DiagNet::identity(3, 4), 2, 3, base, 6);
+        check(|| DiagNet::new(3, 4), 2, 3, base, 6);
+    }
+}
+
+#[test]
+fn pp_dense_accumulation_in_f32_agrees_with_f64() {
+    let run = |dt: DType| {
+        let model = GruNet::new(3, 6, 2);
+        let state = ModelState::new(&model, dt, 4, Some(2)).unwrap();
+        let mut l = compile(
+            model,
+            state,
+            PpProp::new(0.9).unwrap(),
+            &Tensor::zeros(&[2, 3], dt),
+            Some(2),
+        )
+        .unwrap();
+        l.etrace_grad(
+            &draw(&[40, 2, 3], 1),
+            &draw(&[40, 2, 2], 2),
+            mse,
+            Reduction::Mean,
+        )
+        .unwrap()
+        .grads
+    };
+    let (a, b) = (run(DType::F32), run(DType::F64));
+    for (k, g) in &b {
+        assert_eq!(a[k].dtype(), DType::F32);
+        let (x, y) = (a[k].to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
+        let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (u, v) in x.iter().zip(&y) {
+            // f32 rounding over 40 steps of a 6-unit GRU.
+            assert!((u - v).abs() <= 1e-5 * scale, "{k}: f32 {u} vs f64 {v}");
+        }
+    }
+}
