@@ -6,10 +6,48 @@
 
 mod learn_support;
 
-use braintrace::learn::{compile, Model, ModelState, PpProp, Reduction, TensorDict, VjpMethod};
+use braintrace::etp::ElemFn;
+use braintrace::learn::{
+    compile, Init, Model, ModelState, PpProp, Reduction, StepCtx, TensorDict, VjpMethod,
+};
 use braintrace::nn::{Initializer, Rng};
 use braintrace::prelude::*;
+use braintrace::prims::{matmul, Transforms};
 use learn_support::models::{DiagNet, GruNet, LeakyNet, LifNet};
+
+/// `h' = 0.7 h + tanh([x, h] @ tanh(W) + softplus(b))`: a dense relation
+/// with weight and bias transforms.
+struct Hooked {
+    n_in: usize,
+    n_rec: usize,
+}
+
+impl Model for Hooked {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let w = Initializer::Normal { std: 0.6 }.draw(
+            &[self.n_in + self.n_rec, self.n_rec],
+            init.dtype(),
+            init.rng(),
+        )?;
+        init.param("W", None, w)?;
+        let b = Initializer::Normal { std: 0.6 }.draw(&[self.n_rec], init.dtype(), init.rng())?;
+        init.param("b", None, b)?;
+        init.hidden("h", &[self.n_rec])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden("h")?;
+        let t = Transforms {
+            weight_fn: ElemFn::builtin("tanh"),
+            bias_fn: ElemFn::builtin("softplus"),
+            ..Transforms::default()
+        };
+        let xh = braintrace::concat(&[x.clone(), h.clone()], 1)?;
+        let y = matmul(&xh, &ctx.param("W")?, Some(&ctx.param("b")?), &t)?;
+        let h_new = h.mul_scalar(0.7)?.add(&y.tanh()?)?;
+        ctx.set_hidden("h", h_new.clone())?;
+        Ok(h_new)
+    }
+}
 
 fn draw(shape: &[usize], seed: u64) -> Tensor {
     Initializer::Normal { std: 1.0 }
@@ -96,9 +134,11 @@ fn pp_dense_accumulation_equals_the_rules() {
         check(|| LifNet::new(3, 5, 2, 0.8, 0.6, 0.3, 0.8), 2, 3, base, 9);
         // A readout relation and a recurrent one over [x, h].
         check(|| LeakyNet::new(2, 4, 2, 0.7, 0.9), 2, 2, base, 6);
-        // etp_elemwise without input: fused without weight_fn, rules with it.
+        // etp_elemwise without input, without and with weight_fn.
         check(|| DiagNet::identity(3, 4), 2, 3, base, 6);
         check(|| DiagNet::new(3, 4), 2, 3, base, 6);
+        // Dense with weight and bias transforms (f'(W) once per call).
+        check(|| Hooked { n_in: 2, n_rec: 4 }, 2, 2, base, 8);
     }
 }
 

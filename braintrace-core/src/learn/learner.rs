@@ -5,7 +5,7 @@
 use super::algorithm::{Algorithm, Reduction, VjpMethod};
 use super::compiler::EtraceGraph;
 use super::fast::{FastTrace, Solve};
-use super::pp_fast::{Leaf, PpDense};
+use super::pp_fast::{transform_of, Leaf, PpDense};
 use super::program::Program;
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
@@ -394,6 +394,7 @@ impl<M: Model> Learner<M> {
                     .map(|t| Leaf {
                         param: t.param,
                         has_input: t.name == "weight" && r.x_var.is_some(),
+                        transform: transform_of(&r.params, &t.name).flatten(),
                     })
                     .collect();
                 PpDense::new(leaves, self.state.dtype())
@@ -478,7 +479,10 @@ impl<M: Model> Learner<M> {
             self.running_index += done;
             return Err(e);
         }
-        let mut fused: Vec<(usize, Tensor)> = pp_dense.iter_mut().flat_map(PpDense::take).collect();
+        let mut fused: Vec<(usize, Tensor)> = Vec::new();
+        for acc in &mut pp_dense {
+            fused.extend(acc.take(self.state.param_values())?);
+        }
         for f in &mut fast {
             for (p, t) in &mut f.leaves {
                 fused.push((*p, t.take_grad()?));

@@ -13,12 +13,17 @@
 //! `144×128` gradient and its addition per step with a `144×256 · 256×128`
 //! product every 16 steps.
 //!
+//! With an element-wise weight or bias transform `f`, each step's term is
+//! multiplied by `f'(W)`; `W` is constant within a call, so the learner
+//! multiplies the call's sum once.
+//!
 //! The same sums as the rules, added in another order; a test checks the
 //! two paths against each other in f64.
 //!
 //! [`FusedKind::Dense`]: super::FusedKind::Dense
 
 use crate::error::{Error, Result};
+use crate::etp::{ElemFn, ParamType, ParamValue, Params};
 use crate::tensor::{ArrayData, Aval, DType, Tensor};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, LinalgScalar};
@@ -27,12 +32,24 @@ use std::collections::BTreeMap;
 /// Rows (steps × batch) gathered before one product is run.
 pub(crate) const CHUNK_ROWS: usize = 256;
 
-/// Whether the relation uses no weight or bias transform (with one, the
-/// gradient needs the transform's derivative: the rules run it).
-pub(crate) fn no_transforms(params: &crate::etp::Params) -> bool {
-    ["weight_fn", "bias_fn", "b_fn", "a_fn"]
-        .iter()
-        .all(|k| matches!(params.raw(k), None | Some(crate::etp::ParamValue::None)))
+/// The element-wise transform of trainable `name` (`bias_fn` for `bias`,
+/// `weight_fn` otherwise): `Some(None)` without one, `None` when the param
+/// holds something that is not a transform (the rules then run).
+pub(crate) fn transform_of(params: &Params, name: &str) -> Option<Option<ElemFn>> {
+    let key = if name == "bias" {
+        "bias_fn"
+    } else {
+        "weight_fn"
+    };
+    match params.raw(key) {
+        None | Some(ParamValue::None) => Some(None),
+        Some(v) => ElemFn::from_param(v).map(Some),
+    }
+}
+
+/// Whether every trainable's transform is readable.
+pub(crate) fn transforms_readable(params: &Params, names: &[&str]) -> bool {
+    names.iter().all(|n| transform_of(params, n).is_some())
 }
 
 /// Whether the shapes of a relation fit: `weight (I, O)` with an input
@@ -54,12 +71,15 @@ pub(crate) fn shapes_fit(x: Option<&Aval>, vs: &[usize], weights: &BTreeMap<Stri
             })
 }
 
-/// One trainable of a relation: the model parameter it feeds and whether
-/// its gradient is `x̄ᵀ g` (`weight` with an input) or `Σ_rows g`.
-#[derive(Clone, Copy, Debug)]
+/// One trainable of a relation: the model parameter it feeds, whether
+/// its gradient is `x̄ᵀ g` (`weight` with an input) or `Σ_rows g`, and its
+/// element-wise transform `f` (the gradient is then multiplied by `f'(W)`,
+/// once per call: `W` does not change within an `etrace_grad` call).
+#[derive(Clone, Debug)]
 pub(crate) struct Leaf {
     pub param: usize,
     pub has_input: bool,
+    pub transform: Option<ElemFn>,
 }
 
 /// The rows of one relation's chunk and its gradients so far.
@@ -244,10 +264,11 @@ impl PpDense {
     }
 
     /// The gradients accumulated so far, by model parameter (nothing when
-    /// no step was pushed).
-    pub(crate) fn take(&mut self) -> Vec<(usize, Tensor)> {
+    /// no step was pushed); `params` are the model's parameter values of
+    /// this call (for the transforms' derivatives).
+    pub(crate) fn take(&mut self, params: &[Tensor]) -> Result<Vec<(usize, Tensor)>> {
         let grads: Vec<ArrayData> = match &mut self.acc {
-            AccData::Empty => return Vec::new(),
+            AccData::Empty => return Ok(Vec::new()),
             AccData::F32(a) => a
                 .take(&self.leaves)
                 .into_iter()
@@ -262,7 +283,14 @@ impl PpDense {
         self.leaves
             .iter()
             .zip(grads)
-            .map(|(l, g)| (l.param, Tensor::from_data(g)))
+            .map(|(l, g)| {
+                let g = Tensor::from_data(g);
+                let g = match &l.transform {
+                    Some(f) => g.mul(&f.derivative(&params[l.param])?)?,
+                    None => g,
+                };
+                Ok((l.param, g))
+            })
             .collect()
     }
 }

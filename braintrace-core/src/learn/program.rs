@@ -275,7 +275,13 @@ impl Program {
                         let dense = matches!(algo, Algorithm::PpProp(pp) if pp.fast_paths)
                             && super::fast::kernel_for(r.primitive.name(), &r.params)
                                 == Some(super::fast::FusedKind::Dense)
-                            && super::pp_fast::no_transforms(&r.params);
+                            && super::pp_fast::transforms_readable(
+                                &r.params,
+                                &r.trainables
+                                    .iter()
+                                    .map(|t| t.name.as_str())
+                                    .collect::<Vec<_>>(),
+                            );
                         let xa = r.x_var.map(|v| g.aval(v));
                         pp_fast
                             .push(dense && super::pp_fast::shapes_fit(xa, &grp.varshape, &weights));
