@@ -57,6 +57,11 @@ use std::time::Instant;
 const BLOCK: usize = 256;
 /// Most operands an element-wise equation may have to be fused.
 const MAX_ARITY: usize = 4;
+/// Largest 2-D matrix product (elements of the result) written into a
+/// recycled buffer; larger ones go through `eval` (a fresh allocation). On
+/// the GRU pp_prop benchmark (a loaded machine) the recycled output paid
+/// for `[144, 128]` but cost 3-7 % for `[528, 512]` (1 MiB; cause unknown).
+const MAX_PLANNED_MATMUL: usize = 1 << 16;
 /// How many calls the pool keeps a handle to a value it returned, waiting
 /// for the caller to drop theirs (a state passed back as an argument is
 /// still held by the caller during the next call).
@@ -689,6 +694,7 @@ fn kernel_of(g: &Graph, i: usize) -> Kernel {
             .iter()
             .all(|&v| g.avals[v].ndim() == 2 && float(&v))
         && g.avals[e.inputs[0]].dtype() == g.avals[e.inputs[1]].dtype()
+        && g.avals[e.outputs[0]].size() <= MAX_PLANNED_MATMUL
     {
         return Kernel::Matmul;
     }
