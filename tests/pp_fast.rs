@@ -165,13 +165,5 @@ fn pp_dense_accumulation_in_f32_agrees_with_f64() {
         .grads
     };
     let (a, b) = (run(DType::F32), run(DType::F64));
-    for (k, g) in &b {
-        assert_eq!(a[k].dtype(), DType::F32);
-        let (x, y) = (a[k].to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
-        let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-        for (u, v) in x.iter().zip(&y) {
-            // f32 rounding over 40 steps of a 6-unit GRU.
-            assert!((u - v).abs() <= 1e-5 * scale, "{k}: f32 {u} vs f64 {v}");
-        }
-    }
+    learn_support::assert_f32_matches_f64(&a, &b);
 }
