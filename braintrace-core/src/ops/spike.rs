@@ -170,8 +170,13 @@ fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
     with_surrogate!(s, T, |g| map_elements(a, g))
 }
 
-/// `g(u)` over one block (the fused executor's kernel).
-fn surrogate_block<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) {
+crate::kernels::avx2_dispatch!(
+    /// `g(u)` over one block (the fused executor's kernel).
+    fn surrogate_block<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) => surrogate_loop
+);
+
+#[inline(always)]
+fn surrogate_loop<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) {
     with_surrogate!(s, T, |g| for (o, &x) in out.iter_mut().zip(a) {
         *o = g(x);
     })
