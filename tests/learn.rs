@@ -128,6 +128,8 @@ fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
     o.sub(y)?.square()?.mean_all()
 }
 
+/// `got` against `want` key by key, element by element, within `tol` of the
+/// largest `|want|` (at least 1e-3); `what` names the two paths compared.
 fn assert_dicts_close(what: &str, got: &TensorDict, want: &TensorDict, tol: f64) {
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
@@ -140,7 +142,7 @@ fn assert_dicts_close(what: &str, got: &TensorDict, want: &TensorDict, tol: f64)
         for (i, (a, b)) in g.iter().zip(&w).enumerate() {
             assert!(
                 (a - b).abs() <= tol * scale,
-                "{what}[{k}] element {i}: online {a} vs BPTT {b} (|diff| {:e})",
+                "{what}[{k}] element {i}: got {a}, want {b} (|diff| {:e})",
                 (a - b).abs()
             );
         }
@@ -174,7 +176,7 @@ fn online_vs_bptt<M: Model>(
 
 fn exact(name: &str, model: LeakyOver, batch: Option<usize>, x_shape: &[usize]) {
     let (online, bptt) = online_vs_bptt(model, batch, x_shape, DRtrl::default().into());
-    assert_dicts_close(name, &online, &bptt, 1e-12);
+    assert_dicts_close(&format!("{name}: online vs BPTT"), &online, &bptt, 1e-12);
 }
 
 fn p(ctx: &StepCtx, k: &str) -> Result<Tensor> {
@@ -319,7 +321,7 @@ fn drtrl_equals_bptt_elementwise() {
         &[2, 3],
         DRtrl::default().into(),
     );
-    assert_dicts_close("diag", &online, &bptt, 1e-12);
+    assert_dicts_close("diag: online vs BPTT", &online, &bptt, 1e-12);
 }
 
 #[test]

@@ -451,20 +451,33 @@ impl Plan {
                         Kernel::Matmul => {
                             vec![self.matmul(pool, env, e.prim.as_ref(), inputs, e.outputs[0])?]
                         }
-                        Kernel::Transpose => vec![self.transpose(
-                            pool,
-                            env,
-                            e.prim.as_ref(),
-                            inputs[0],
-                            e.outputs[0],
-                        )?],
-                        Kernel::Reshape => vec![self.reshape(
-                            pool,
-                            env,
-                            e.prim.as_ref(),
-                            inputs[0],
-                            e.outputs[0],
-                        )?],
+                        Kernel::Transpose => {
+                            let p = e.prim.as_ref();
+                            let perm = &p
+                                .as_any()
+                                .downcast_ref::<Transpose>()
+                                .ok_or_else(|| Error::invalid(p.name(), "planned as a transpose"))?
+                                .perm;
+                            vec![self.layout(
+                                pool,
+                                env,
+                                p,
+                                inputs[0],
+                                e.outputs[0],
+                                PermuteBy(perm),
+                            )?]
+                        }
+                        Kernel::Reshape => {
+                            let shape = self.graph.avals[e.outputs[0]].shape();
+                            vec![self.layout(
+                                pool,
+                                env,
+                                e.prim.as_ref(),
+                                inputs[0],
+                                e.outputs[0],
+                                ReshapeTo(shape),
+                            )?]
+                        }
                         Kernel::Eval => {
                             let mut ins = std::mem::take(&mut pool.ins);
                             ins.clear();
@@ -588,99 +601,112 @@ impl Plan {
         Ok(y)
     }
 
-    /// A float reshape: the operand's buffer when it is moved in, unique
-    /// and row-major (no copy), else a row-major copy into a recycled
-    /// buffer; in both cases the interpreter's row-major result.
-    fn reshape(
+    /// A float layout change the plan runs itself (reshape, transpose):
+    /// the operand is moved in on its last read (so a unique buffer can be
+    /// reused), `f32`/`f64` pick `change`'s loop, and the operand is
+    /// recycled when its buffer was not taken.
+    fn layout<L: LayoutChange>(
         &self,
         pool: &mut Pool,
         env: &mut [Option<Tensor>],
         p: &dyn Primitive,
         (v, last): (VarId, bool),
         out: VarId,
+        change: L,
     ) -> Result<Tensor> {
-        let x = if last { env[v].take() } else { env[v].clone() };
-        let x = x.ok_or_else(|| undefined(p, v))?;
-        let shape = self.graph.avals[out].shape();
-        let y = match x.dtype() {
-            DType::F32 => reshape_into::<f32>(pool, self.class_of[out], x, shape),
-            DType::F64 => reshape_into::<f64>(pool, self.class_of[out], x, shape),
-            d => {
-                return Err(Error::dtype(
-                    "reshape",
-                    format!("planned for a float operand, got {d}"),
-                ))
-            }
-        }?;
-        if let Some(x) = y.1 {
-            pool.recycle(x, self.class_of[v]);
-        }
-        Ok(y.0)
-    }
-}
-
-impl Plan {
-    /// A float transpose, as `eval` does it (the operand's buffer with its
-    /// strides permuted): the operand's own buffer when it is moved in and
-    /// unique, else a copy into a recycled buffer.
-    fn transpose(
-        &self,
-        pool: &mut Pool,
-        env: &mut [Option<Tensor>],
-        p: &dyn Primitive,
-        (v, last): (VarId, bool),
-        out: VarId,
-    ) -> Result<Tensor> {
-        let perm = &p
-            .as_any()
-            .downcast_ref::<Transpose>()
-            .ok_or_else(|| Error::invalid(p.name(), "planned as a transpose"))?
-            .perm;
         let x = if last { env[v].take() } else { env[v].clone() };
         let x = x.ok_or_else(|| undefined(p, v))?;
         let class = self.class_of[out];
-        let (y, x) = match x.dtype() {
-            DType::F32 => transpose_into::<f32>(pool, class, x, perm),
-            DType::F64 => transpose_into::<f64>(pool, class, x, perm),
+        let (y, back) = match x.dtype() {
+            DType::F32 => change.apply::<f32>(pool, class, x),
+            DType::F64 => change.apply::<f64>(pool, class, x),
             d => {
                 return Err(Error::dtype(
-                    "transpose",
+                    L::NAME,
                     format!("planned for a float operand, got {d}"),
                 ))
             }
         }?;
-        if let Some(x) = x {
+        if let Some(x) = back {
             pool.recycle(x, self.class_of[v]);
         }
         Ok(y)
     }
 }
 
-/// Transpose `x` (of element type `T`) by `perm`; also returns `x` back
-/// when its buffer was not taken.
-fn transpose_into<T: PoolFloat>(
-    pool: &mut Pool,
-    class: Option<usize>,
-    x: Tensor,
-    perm: &[usize],
-) -> Result<(Tensor, Option<Tensor>)> {
-    if x.is_unique() {
-        let a = x.into_array::<T>()?;
-        return Ok((T::tensor(a.permuted_axes(IxDyn(perm))), None));
-    }
-    let a = T::array(x.data_for("transpose")?)
-        .ok_or_else(|| Error::invalid("transpose", "operand of another dtype"))?;
-    let y = match a.as_slice() {
-        Some(s) => {
-            let mut v = take::<T>(pool, class, s.len());
-            copy_blocks(&mut v, s);
-            ArrayD::from_shape_vec(a.raw_dim(), v)
-                .map_err(|e| Error::invalid("transpose", e.to_string()))?
+/// A float layout change run by [`Plan::layout`].
+trait LayoutChange {
+    const NAME: &'static str;
+    /// The result, and `x` back when its buffer was not taken (for the
+    /// caller to recycle).
+    fn apply<T: PoolFloat>(
+        &self,
+        pool: &mut Pool,
+        class: Option<usize>,
+        x: Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)>;
+}
+
+/// A reshape to this shape: the operand's buffer when it is unique and
+/// row-major (no copy), else a row-major copy into a recycled buffer; in
+/// both cases the interpreter's row-major result.
+struct ReshapeTo<'a>(&'a [usize]);
+
+impl LayoutChange for ReshapeTo<'_> {
+    const NAME: &'static str = "reshape";
+    fn apply<T: PoolFloat>(
+        &self,
+        pool: &mut Pool,
+        class: Option<usize>,
+        x: Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let bad = |e: ndarray::ShapeError| Error::invalid("reshape", e.to_string());
+        let a = T::array(x.data_for("reshape")?)
+            .ok_or_else(|| Error::invalid("reshape", "operand of another dtype"))?;
+        if a.is_standard_layout() && x.is_unique() {
+            // Unique and row-major: the buffer itself, moved out, no copy.
+            let y = x.into_array::<T>()?;
+            let y = y.into_shape_with_order(IxDyn(self.0)).map_err(bad)?;
+            return Ok((T::tensor(y), None));
         }
-        // Same strides, through ndarray's clone.
-        None => a.clone(),
-    };
-    Ok((T::tensor(y.permuted_axes(IxDyn(perm))), Some(x)))
+        let mut v = take::<T>(pool, class, a.len());
+        copy_blocks(&mut v, row_major_of(&standard_layout(a)));
+        let y = ArrayD::from_shape_vec(IxDyn(self.0), v).map_err(bad)?;
+        Ok((T::tensor(y), Some(x)))
+    }
+}
+
+/// A transpose by this permutation, as `eval` does it (the operand's buffer
+/// with its strides permuted): the operand's own buffer when it is unique,
+/// else a copy into a recycled buffer.
+struct PermuteBy<'a>(&'a [usize]);
+
+impl LayoutChange for PermuteBy<'_> {
+    const NAME: &'static str = "transpose";
+    fn apply<T: PoolFloat>(
+        &self,
+        pool: &mut Pool,
+        class: Option<usize>,
+        x: Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        if x.is_unique() {
+            let a = x.into_array::<T>()?;
+            return Ok((T::tensor(a.permuted_axes(IxDyn(self.0))), None));
+        }
+        let a = T::array(x.data_for("transpose")?)
+            .ok_or_else(|| Error::invalid("transpose", "operand of another dtype"))?;
+        let y = match a.as_slice() {
+            Some(s) => {
+                let mut v = take::<T>(pool, class, s.len());
+                copy_blocks(&mut v, s);
+                ArrayD::from_shape_vec(a.raw_dim(), v)
+                    .map_err(|e| Error::invalid("transpose", e.to_string()))?
+            }
+            // Same strides, through ndarray's clone.
+            None => a.clone(),
+        };
+        Ok((T::tensor(y.permuted_axes(IxDyn(self.0))), Some(x)))
+    }
 }
 
 /// How equation `i` is planned (it is not fused).
@@ -752,29 +778,6 @@ fn matmul_into<T: PoolFloat + LinalgScalar>(
     // β = 0: the buffer's old contents are overwritten, never read.
     general_mat_mul(T::one(), &a, &b, T::zero(), &mut c);
     Ok(T::tensor(c.into_dyn()))
-}
-
-/// Reshape `x` (of element type `T`) to `shape`; also returns `x` back
-/// when its buffer was not taken (for the caller to recycle).
-fn reshape_into<T: PoolFloat>(
-    pool: &mut Pool,
-    class: Option<usize>,
-    x: Tensor,
-    shape: &[usize],
-) -> Result<(Tensor, Option<Tensor>)> {
-    let bad = |e: ndarray::ShapeError| Error::invalid("reshape", e.to_string());
-    let a = T::array(x.data_for("reshape")?)
-        .ok_or_else(|| Error::invalid("reshape", "operand of another dtype"))?;
-    if a.is_standard_layout() && x.is_unique() {
-        // Unique and row-major: the buffer itself, moved out, no copy.
-        let y = x.into_array::<T>()?;
-        let y = y.into_shape_with_order(IxDyn(shape)).map_err(bad)?;
-        return Ok((T::tensor(y), None));
-    }
-    let mut v = take::<T>(pool, class, a.len());
-    copy_blocks(&mut v, row_major_of(&standard_layout(a)));
-    let y = ArrayD::from_shape_vec(IxDyn(shape), v).map_err(bad)?;
-    Ok((T::tensor(y), Some(x)))
 }
 
 fn undefined(p: &dyn Primitive, v: VarId) -> Error {
