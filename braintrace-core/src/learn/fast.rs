@@ -26,7 +26,7 @@
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params};
 use crate::prims::CsrStructure;
-use crate::tensor::{to_standard, ArrayData, Aval, DType, Tensor};
+use crate::tensor::{to_standard, ArrayData, ArrayElement, Aval, DType, Tensor};
 use num_traits::Float;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -833,47 +833,15 @@ impl FastTrace {
             let (dd, dfd) = (contiguous(d, dt)?, contiguous(df, dt)?);
             let gd = g.map(|g| contiguous(g, dt)).transpose()?;
             let threads = threads_for(batch * nnz * s);
-            let sc = self.prep.scale.as_ref();
-            match (&mut self.data, &mut self.grad, &dd, &dfd) {
-                (ArrayData::F32(e), ArrayData::F32(gr), ArrayData::F32(d), ArrayData::F32(df)) => {
-                    let ops = Operands {
-                        x: xd.as_ref().map(slice32).transpose()?,
-                        d: std(d)?,
-                        df: std(df)?,
-                        g: gd.as_ref().map(slice32).transpose()?,
-                        scale: sc.map(slice32).transpose()?,
-                    };
-                    sparse_fused(
-                        dims,
-                        &sp,
-                        slice_mut(e)?,
-                        slice_mut(gr)?,
-                        ops,
-                        solve,
-                        threads,
-                    );
-                }
-                (ArrayData::F64(e), ArrayData::F64(gr), ArrayData::F64(d), ArrayData::F64(df)) => {
-                    let ops = Operands {
-                        x: xd.as_ref().map(slice64).transpose()?,
-                        d: std(d)?,
-                        df: std(df)?,
-                        g: gd.as_ref().map(slice64).transpose()?,
-                        scale: sc.map(slice64).transpose()?,
-                    };
-                    sparse_fused(
-                        dims,
-                        &sp,
-                        slice_mut(e)?,
-                        slice_mut(gr)?,
-                        ops,
-                        solve,
-                        threads,
-                    );
-                }
-                _ => return Err(Error::dtype(op, "traces must be f32 or f64")),
-            }
-            return Ok(());
+            let ops = Stored {
+                x: xd.as_ref(),
+                d: &dd,
+                df: &dfd,
+                g: gd.as_ref(),
+                scale: self.prep.scale.as_ref(),
+            };
+            let kernel = Loop::Sparse(dims, &sp);
+            return run(kernel, &mut self.data, &mut self.grad, ops, solve, threads);
         }
         let tshape = swap_last2(self.data.shape());
         let i = if self.has_input {
@@ -915,31 +883,21 @@ impl FastTrace {
         let gd = g.as_ref().map(|g| contiguous(g, dt)).transpose()?;
         let dims = Dims { batch, i, o, s };
         let threads = threads_for(batch * i * o * s);
-        let sc = self.prep.scale.as_ref();
-        match (&mut self.data, &mut self.grad, &dd, &dfd) {
-            (ArrayData::F32(e), ArrayData::F32(gr), ArrayData::F32(d), ArrayData::F32(df)) => {
-                let ops = Operands {
-                    x: xd.as_ref().map(slice32).transpose()?,
-                    d: std(d)?,
-                    df: std(df)?,
-                    g: gd.as_ref().map(slice32).transpose()?,
-                    scale: sc.map(slice32).transpose()?,
-                };
-                fused(dims, slice_mut(e)?, slice_mut(gr)?, ops, solve, threads, 0);
-            }
-            (ArrayData::F64(e), ArrayData::F64(gr), ArrayData::F64(d), ArrayData::F64(df)) => {
-                let ops = Operands {
-                    x: xd.as_ref().map(slice64).transpose()?,
-                    d: std(d)?,
-                    df: std(df)?,
-                    g: gd.as_ref().map(slice64).transpose()?,
-                    scale: sc.map(slice64).transpose()?,
-                };
-                fused(dims, slice_mut(e)?, slice_mut(gr)?, ops, solve, threads, 0);
-            }
-            _ => return Err(Error::dtype(op, "traces must be f32 or f64")),
-        }
-        Ok(())
+        let ops = Stored {
+            x: xd.as_ref(),
+            d: &dd,
+            df: &dfd,
+            g: gd.as_ref(),
+            scale: self.prep.scale.as_ref(),
+        };
+        run(
+            Loop::Dense(dims),
+            &mut self.data,
+            &mut self.grad,
+            ops,
+            solve,
+            threads,
+        )
     }
 }
 
@@ -953,25 +911,102 @@ fn swap_last2(shape: &[usize]) -> Vec<usize> {
     v
 }
 
-fn slice_mut<T>(a: &mut ndarray::ArrayD<T>) -> Result<&mut [T]> {
-    a.as_slice_mut()
-        .ok_or_else(|| Error::invalid("D-RTRL fused dense kernel", "trace buffer not contiguous"))
+/// The name the fused kernels' internal errors carry.
+const KERNEL: &str = "D-RTRL fused dense kernel";
+
+/// The float types the fused kernels run in.
+trait KernelFloat: Float + Send + Sync + ArrayElement {
+    /// The array, if `a` holds this type.
+    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>>;
 }
-fn std<T>(a: &ndarray::ArrayD<T>) -> Result<&[T]> {
-    a.as_slice()
-        .ok_or_else(|| Error::invalid("D-RTRL fused dense kernel", "operand not contiguous"))
-}
-fn slice32(a: &ArrayData) -> Result<&[f32]> {
-    match a {
-        ArrayData::F32(a) => std(a),
-        _ => Err(Error::dtype("D-RTRL fused dense kernel", "mixed dtypes")),
+impl KernelFloat for f32 {
+    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>> {
+        match a {
+            ArrayData::F32(a) => Some(a),
+            _ => None,
+        }
     }
 }
-fn slice64(a: &ArrayData) -> Result<&[f64]> {
-    match a {
-        ArrayData::F64(a) => std(a),
-        _ => Err(Error::dtype("D-RTRL fused dense kernel", "mixed dtypes")),
+impl KernelFloat for f64 {
+    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>> {
+        match a {
+            ArrayData::F64(a) => Some(a),
+            _ => None,
+        }
     }
+}
+
+/// `a`'s elements as `T`, in memory order.
+fn slice<T: KernelFloat>(a: &ArrayData) -> Result<&[T]> {
+    T::array(a)
+        .ok_or_else(|| Error::dtype(KERNEL, "mixed dtypes"))?
+        .as_slice()
+        .ok_or_else(|| Error::invalid(KERNEL, "operand not contiguous"))
+}
+
+/// A trace buffer's elements as `T`, in memory order.
+fn slice_mut<T: KernelFloat>(a: &mut ArrayData) -> Result<&mut [T]> {
+    T::array_mut(a)
+        .ok_or_else(|| Error::dtype(KERNEL, "mixed dtypes"))?
+        .as_slice_mut()
+        .ok_or_else(|| Error::invalid(KERNEL, "trace buffer not contiguous"))
+}
+
+/// The fused loop a step runs.
+#[derive(Clone, Copy)]
+enum Loop<'a> {
+    Dense(Dims),
+    Sparse(SpDims, &'a SparseIdx),
+}
+
+/// A step's [`Operands`] as stored, before the float type is picked.
+#[derive(Clone, Copy)]
+struct Stored<'a> {
+    x: Option<&'a ArrayData>,
+    d: &'a ArrayData,
+    df: &'a ArrayData,
+    g: Option<&'a ArrayData>,
+    scale: Option<&'a ArrayData>,
+}
+
+/// Run `kernel` on the trace `e` and the gradient `grad`, in their dtype.
+fn run(
+    kernel: Loop<'_>,
+    e: &mut ArrayData,
+    grad: &mut ArrayData,
+    ops: Stored<'_>,
+    solve: Solve,
+    threads: usize,
+) -> Result<()> {
+    match e.dtype() {
+        DType::F32 => run_typed::<f32>(kernel, e, grad, ops, solve, threads),
+        DType::F64 => run_typed::<f64>(kernel, e, grad, ops, solve, threads),
+        _ => Err(Error::dtype(KERNEL, "traces must be f32 or f64")),
+    }
+}
+
+/// [`run`] in `T`: the operands borrowed as `T` slices, then the loop.
+fn run_typed<T: KernelFloat>(
+    kernel: Loop<'_>,
+    e: &mut ArrayData,
+    grad: &mut ArrayData,
+    ops: Stored<'_>,
+    solve: Solve,
+    threads: usize,
+) -> Result<()> {
+    let (e, grad) = (slice_mut::<T>(e)?, slice_mut::<T>(grad)?);
+    let ops = Operands {
+        x: ops.x.map(slice).transpose()?,
+        d: slice(ops.d)?,
+        df: slice(ops.df)?,
+        g: ops.g.map(slice).transpose()?,
+        scale: ops.scale.map(slice).transpose()?,
+    };
+    match kernel {
+        Loop::Dense(dims) => fused(dims, e, grad, ops, solve, threads, 0),
+        Loop::Sparse(dims, sp) => sparse_fused(dims, sp, e, grad, ops, solve, threads),
+    }
+    Ok(())
 }
 
 /// The read-only operands of one step.
