@@ -1,16 +1,29 @@
-//! The memory-bandwidth floor of a D-RTRL step, measured on this machine:
-//! one plain single-threaded loop over the f32 weight traces of the two GRU
-//! relations (`ε = ε·D + x⊗Df; ∇ += g·ε`), with nothing else of the learner.
-//! The fused kernels of `braintrace::learn` do the same work per trace
-//! element, so their time per step is bounded below by this one.
+//! Two floors of a learning step, measured on this machine.
+//!
+//! **D-RTRL, memory bandwidth**: one plain single-threaded loop over the
+//! f32 weight traces of the two GRU relations (`ε = ε·D + x⊗Df; ∇ += g·ε`),
+//! with nothing else of the learner. The fused kernels of `braintrace::learn`
+//! do the same work per trace element, so their time per step is bounded
+//! below by this one.
+//!
+//! **pp_prop, matrix products**: the products a pp_prop step cannot avoid,
+//! timed alone with the learner's own matrix product (ndarray's
+//! `general_mat_mul`, i.e. matrixmultiply, one thread): the forward product
+//! `[B, I]·[I, O]` of every dense weight (GRU: 3, LIF: 1) and the weight
+//! gradient `x̄ᵀ g` of every relation (GRU: 2, as `explain()` counts them;
+//! LIF: 1), which the learner runs as one `[I, 256]·[256, O]` product per
+//! 256 rows of steps × batch. The readout's products (output size 4) are
+//! left out. A pp_prop step costs at least this, whatever runs around it.
 //!
 //! ```sh
 //! cargo run --release --example bench_floor             # hidden 512, batch 64
 //! cargo run --release --example bench_floor -- 128 16   # hidden, batch
 //! ```
 //!
-//! Prints a line per repetition and one JSON line with the best.
+//! Prints a line per repetition and one JSON line per floor with the best.
 
+use ndarray::linalg::general_mat_mul;
+use ndarray::Array2;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -70,4 +83,64 @@ fn main() {
         best * 1e3,
         bytes / best / 1e9
     );
+    products_floor(n_rec, batch);
+}
+
+/// Best time of `f` over a few repetitions of `reps` calls, per call.
+fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            t.elapsed().as_secs_f64() / reps as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The pp_prop products floor (see the module docs) for the GRU and the
+/// LIF network of `bench_learn` at this size.
+fn products_floor(n_rec: usize, batch: usize) {
+    if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
+        // One thread, as bench_learn's default; before the first product.
+        std::env::set_var("MATMUL_NUM_THREADS", "1");
+    }
+    const CHUNK_ROWS: usize = 256;
+    let (b, i, o) = (batch, N_IN + n_rec, n_rec);
+    let x = Array2::from_elem((b, i), 0.3f32);
+    let w = Array2::from_elem((i, o), 0.01f32);
+    let mut y = Array2::zeros((b, o));
+    let reps = (2_000_000 / (b * i * o)).max(3);
+    let forward = best_of(reps, || {
+        general_mat_mul(1.0, &x, &w, 0.0, &mut y);
+        black_box(&y);
+    });
+    let xbar = Array2::from_elem((CHUNK_ROWS, i), 0.2f32);
+    let g = Array2::from_elem((CHUNK_ROWS, o), 0.01f32);
+    let mut grad = Array2::zeros((i, o));
+    let chunk = best_of((reps * b / CHUNK_ROWS).max(2), || {
+        general_mat_mul(1.0, &xbar.t(), &g, 1.0, &mut grad);
+        black_box(&grad);
+    });
+    // Steps per chunk: CHUNK_ROWS / batch (rows are steps × batch).
+    let gradient = chunk * b as f64 / CHUNK_ROWS as f64;
+    let flop = 2.0 * (b * i * o) as f64;
+    for (model, n_fwd, n_grad) in [("gru", 3.0, 2.0), ("lif", 1.0, 1.0)] {
+        let t = n_fwd * forward + n_grad * gradient;
+        let mflop = (n_fwd + n_grad) * flop / 1e6;
+        eprintln!(
+            "pp_prop products, {model}: {n_fwd} x forward {:.4} ms + {n_grad} x gradient {:.4} ms = {:.4} ms/step ({mflop:.1} MFLOP, {:.1} GFLOP/s)",
+            forward * 1e3,
+            gradient * 1e3,
+            t * 1e3,
+            mflop / t / 1e3
+        );
+        println!(
+            "{{\"bench\":\"pp_products_floor\",\"model\":\"{model}\",\"n_rec\":{n_rec},\"batch\":{batch},\"n_in\":{N_IN},\"ms_per_step\":{:.4},\"mflop_per_step\":{mflop:.2},\"gflop_per_s\":{:.1}}}",
+            t * 1e3,
+            mflop / t / 1e3
+        );
+    }
 }

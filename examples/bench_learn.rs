@@ -239,6 +239,8 @@ struct Config {
     generic: bool,
     /// Print a per-op profile after the configuration.
     profile: bool,
+    /// Print the learner's `explain()` after compiling.
+    explain: bool,
 }
 
 struct Args {
@@ -254,6 +256,7 @@ struct Args {
     child: bool,
     in_process: bool,
     profile: bool,
+    explain: bool,
     no_plan: bool,
     threads: usize,
 }
@@ -263,7 +266,7 @@ const MODELS: [&str; 6] = ["gru", "lif", "gru_tanh", "sparse", "lora", "conv"];
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
-       [--profile] [--no-plan] [--threads 1]
+       [--profile] [--explain] [--no-plan] [--threads 1]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
@@ -273,6 +276,8 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
   --in-process: run every configuration in this process (for profilers;
                 peak RSS is then cumulative);
   --profile: with --in-process, print a per-op profile of one more run;
+  --explain: with --in-process, print each learner's explain() to stderr (hidden
+             groups, relations, which run fused paths, diagnostics);
   --no-plan: run the jitted step programs through the graph interpreter;
   --threads N: threads for the fused trace kernels and the matrix
                products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
@@ -304,6 +309,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         child: false,
         in_process: false,
         profile: false,
+        explain: false,
         no_plan: false,
         threads: 1,
     };
@@ -340,6 +346,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--child" => a.child = true,
             "--in-process" => a.in_process = true,
             "--profile" => a.profile = true,
+            "--explain" => a.explain = true,
             "--no-plan" => a.no_plan = true,
             // `cargo bench`-style harness flags are ignored.
             "--bench" => {}
@@ -359,6 +366,9 @@ fn parse_args() -> std::result::Result<Args, String> {
     }
     if a.profile && !a.in_process {
         return Err("--profile needs --in-process".into());
+    }
+    if a.explain && !a.in_process {
+        return Err("--explain needs --in-process".into());
     }
     if a.models.iter().any(|m| m == "conv") && a.n_recs.iter().any(|n| n % N_IN != 0) {
         return Err(format!("--model conv needs --n-rec a multiple of {N_IN}"));
@@ -385,6 +395,7 @@ fn configs(a: &Args) -> Vec<Config> {
                             chunk: a.chunk,
                             generic: a.generic,
                             profile: a.profile,
+                            explain: a.explain,
                         });
                     }
                 }
@@ -513,6 +524,9 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let t0 = Instant::now();
     let mut learner = compile(model, state, algo, &x0, Some(cfg.batch))?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if cfg.explain {
+        eprintln!("{}", learner.explain());
+    }
 
     // Warm-up: a few steps, which also estimate the time per step (from the
     // CPU time when available: wall time on a loaded machine overestimates).

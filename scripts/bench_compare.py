@@ -11,8 +11,15 @@ the same with cpu_ms_per_step: above 1 means ours is faster.
 Configurations present in only one file are listed at the end. Standard
 library only.
 
+With ``--floor FILE`` (JSON lines of ``examples/bench_floor.rs``) two more
+columns show the floor of each configuration on this machine and ours over
+it: for D-RTRL the trace-bandwidth floor (``"bench": "floor"``: the two GRU
+relations' traces, the same bytes as the LIF relation's two states), for
+pp_prop the model's matrix products alone (``"bench": "pp_products_floor"``).
+
     python3 scripts/bench_compare.py rs.jsonl ref.jsonl
     python3 scripts/bench_compare.py --markdown rs.jsonl ref.jsonl
+    python3 scripts/bench_compare.py --floor floor.jsonl rs.jsonl ref.jsonl
 """
 
 from __future__ import annotations
@@ -43,6 +50,25 @@ def load(path):
     return rows
 
 
+def load_floors(path):
+    """(bench, model or None, n_rec, batch) -> ms_per_step from bench_floor."""
+    floors = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                r = json.loads(line)
+                floors[(r["bench"], r.get("model"), r["n_rec"], r["batch"])] = r["ms_per_step"]
+    return floors
+
+
+def floor_of(floors, key):
+    model, algo, _, n_rec, _, batch, _ = key
+    if algo == "d_rtrl":
+        return floors.get(("floor", None, n_rec, batch))
+    return floors.get(("pp_products_floor", model, n_rec, batch))
+
+
 def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
@@ -62,8 +88,10 @@ def main(argv=None):
     p.add_argument("ours", help="JSON lines of braintrace-rs (bench_learn)")
     p.add_argument("ref", help="JSON lines of the reference (bench_learn_ref.py)")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--floor", help="JSON lines of bench_floor: adds floor columns")
     a = p.parse_args(argv)
     ours, ref = load(a.ours), load(a.ref)
+    floors = load_floors(a.floor) if a.floor else None
     order = {"gru": 0, "lif": 1, "d_rtrl": 0, "pp_prop": 1}
     keys = sorted(set(ours) & set(ref),
                   key=lambda k: (order.get(k[0], 9), k[0], order.get(k[1], 9), k[1]) + k[2:])
@@ -75,6 +103,8 @@ def main(argv=None):
             "cpu ms/step ours", "cpu ms/step ref", "cpu speed-up",
             "compile ms ours", "compile ms ref", "RSS MiB ours", "RSS MiB ref",
             "steps timed ours"]
+    if floors is not None:
+        head += ["floor ms", "ours / floor"]
     lines = []
     for k in keys:
         o, r = ours[k], ref[k]
@@ -88,6 +118,9 @@ def main(argv=None):
             fmt(o.get("peak_rss_mb"), ".1f"), fmt(r.get("peak_rss_mb"), ".1f"),
             str(o.get("steps_timed", k[6])),
         ])
+        if floors is not None:
+            fl = floor_of(floors, k)
+            lines[-1] += [fmt(fl, ".4g"), times(ratio(o.get("cpu_ms_per_step"), fl))]
     print(f"ours = {name_o}, ref = {name_r}; speed-up = ref / ours "
           "(above 1: ours is faster)", file=sys.stderr)
     if a.markdown:

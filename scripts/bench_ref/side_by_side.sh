@@ -40,11 +40,12 @@ else
     REF_CORES=(--all-cores)
 fi
 
-cargo build --release --example bench_learn
+cargo build --release --example bench_learn --example bench_floor
 RS=target/release/examples/bench_learn
 mkdir -p "${OUT}"
 : >"${OUT}/rs.jsonl"
 : >"${OUT}/ref.jsonl"
+: >"${OUT}/floor.jsonl"
 {
     date -u +"start %FT%TZ"
     git rev-parse HEAD
@@ -66,9 +67,18 @@ for model in ${MODELS}; do
         done
     done
 done
+# The floors of each size on this machine (examples/bench_floor.rs), in the
+# same run: D-RTRL's trace bandwidth, pp_prop's matrix products.
+for n in ${NRECS}; do
+    for b in ${BATCHES}; do
+        "${PIN[@]}" target/release/examples/bench_floor "${n}" "${b}" >>"${OUT}/floor.jsonl" 2>/dev/null ||
+            echo "bench_floor failed: ${n} ${b}" >&2
+    done
+done
 {
     date -u +"end %FT%TZ"
     uptime
 } >>"${OUT}/meta.txt"
-python3 scripts/bench_compare.py "${OUT}/rs.jsonl" "${OUT}/ref.jsonl"
-python3 scripts/bench_compare.py --markdown "${OUT}/rs.jsonl" "${OUT}/ref.jsonl" >"${OUT}/table.md"
+python3 scripts/bench_compare.py --floor "${OUT}/floor.jsonl" "${OUT}/rs.jsonl" "${OUT}/ref.jsonl"
+python3 scripts/bench_compare.py --markdown --floor "${OUT}/floor.jsonl" "${OUT}/rs.jsonl" "${OUT}/ref.jsonl" \
+    >"${OUT}/table.md"
