@@ -911,9 +911,6 @@ fn swap_last2(shape: &[usize]) -> Vec<usize> {
     v
 }
 
-/// The name the fused kernels' internal errors carry.
-const KERNEL: &str = "D-RTRL fused dense kernel";
-
 /// The float types the fused kernels run in.
 trait KernelFloat: Float + Send + Sync + ArrayElement {
     /// The array, if `a` holds this type.
@@ -936,20 +933,21 @@ impl KernelFloat for f64 {
     }
 }
 
-/// `a`'s elements as `T`, in memory order.
-fn slice<T: KernelFloat>(a: &ArrayData) -> Result<&[T]> {
+/// `a`'s elements as `T`, in memory order; errors name kernel `op`.
+fn slice<'a, T: KernelFloat>(op: &str, a: &'a ArrayData) -> Result<&'a [T]> {
     T::array(a)
-        .ok_or_else(|| Error::dtype(KERNEL, "mixed dtypes"))?
+        .ok_or_else(|| Error::dtype(op, "mixed dtypes"))?
         .as_slice()
-        .ok_or_else(|| Error::invalid(KERNEL, "operand not contiguous"))
+        .ok_or_else(|| Error::invalid(op, "operand not contiguous"))
 }
 
-/// A trace buffer's elements as `T`, in memory order.
-fn slice_mut<T: KernelFloat>(a: &mut ArrayData) -> Result<&mut [T]> {
+/// A trace buffer's elements as `T`, in memory order; errors name kernel
+/// `op`.
+fn slice_mut<'a, T: KernelFloat>(op: &str, a: &'a mut ArrayData) -> Result<&'a mut [T]> {
     T::array_mut(a)
-        .ok_or_else(|| Error::dtype(KERNEL, "mixed dtypes"))?
+        .ok_or_else(|| Error::dtype(op, "mixed dtypes"))?
         .as_slice_mut()
-        .ok_or_else(|| Error::invalid(KERNEL, "trace buffer not contiguous"))
+        .ok_or_else(|| Error::invalid(op, "trace buffer not contiguous"))
 }
 
 /// The fused loop a step runs.
@@ -957,6 +955,16 @@ fn slice_mut<T: KernelFloat>(a: &mut ArrayData) -> Result<&mut [T]> {
 enum Loop<'a> {
     Dense(Dims),
     Sparse(SpDims, &'a SparseIdx),
+}
+
+impl Loop<'_> {
+    /// The name the loop's errors carry.
+    fn name(&self) -> &'static str {
+        match self {
+            Loop::Dense(_) => "D-RTRL fused dense kernel",
+            Loop::Sparse(..) => "D-RTRL fused sparse kernel",
+        }
+    }
 }
 
 /// A step's [`Operands`] as stored, before the float type is picked.
@@ -981,26 +989,28 @@ fn run(
     match e.dtype() {
         DType::F32 => run_typed::<f32>(kernel, e, grad, ops, solve, threads),
         DType::F64 => run_typed::<f64>(kernel, e, grad, ops, solve, threads),
-        _ => Err(Error::dtype(KERNEL, "traces must be f32 or f64")),
+        _ => Err(Error::dtype(kernel.name(), "traces must be f32 or f64")),
     }
 }
 
 /// [`run`] in `T`: the operands borrowed as `T` slices, then the loop.
-fn run_typed<T: KernelFloat>(
+fn run_typed<'o, T: KernelFloat>(
     kernel: Loop<'_>,
     e: &mut ArrayData,
     grad: &mut ArrayData,
-    ops: Stored<'_>,
+    ops: Stored<'o>,
     solve: Solve,
     threads: usize,
 ) -> Result<()> {
-    let (e, grad) = (slice_mut::<T>(e)?, slice_mut::<T>(grad)?);
+    let name = kernel.name();
+    let (e, grad) = (slice_mut::<T>(name, e)?, slice_mut::<T>(name, grad)?);
+    let borrow = |a: &'o ArrayData| slice::<T>(name, a);
     let ops = Operands {
-        x: ops.x.map(slice).transpose()?,
-        d: slice(ops.d)?,
-        df: slice(ops.df)?,
-        g: ops.g.map(slice).transpose()?,
-        scale: ops.scale.map(slice).transpose()?,
+        x: ops.x.map(borrow).transpose()?,
+        d: borrow(ops.d)?,
+        df: borrow(ops.df)?,
+        g: ops.g.map(borrow).transpose()?,
+        scale: ops.scale.map(borrow).transpose()?,
     };
     match kernel {
         Loop::Dense(dims) => fused(dims, e, grad, ops, solve, threads, 0),
