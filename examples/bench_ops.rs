@@ -85,6 +85,27 @@ fn cases(dt: DType) -> Result<Vec<Case>> {
         "concatenate [16,128,1]x2->[16,128,2]",
         Box::new(move || concat(&[a.clone(), b.clone()], 2)),
     );
+    // A 2-state hidden group (LIF) at hidden 512, batch 64: the pp_prop
+    // step stacks the two states' traces along a last axis of 2 and slices
+    // them back, and sums a product over that axis.
+    let (a, b) = (
+        det(&[64, 512, 1], 40, 1.0, dt)?,
+        det(&[64, 512, 1], 41, 1.0, dt)?,
+    );
+    add(
+        "concatenate [64,512,1]x2->[64,512,2]",
+        Box::new(move || concat(&[a.clone(), b.clone()], 2)),
+    );
+    let l = det(&[64, 512, 2], 42, 1.0, dt)?;
+    let l2 = l.clone();
+    add(
+        "slice [64,512,2]->[64,512,1] (state 1)",
+        Box::new(move || l2.slice(&[0, 0, 1], &[64, 512, 2])),
+    );
+    add(
+        "reduce_sum [64,512,2]->[64,512]",
+        Box::new(move || l.sum(&[2])),
+    );
     let (a, b) = (det(&[16, 128], 11, 1.0, dt)?, det(&[16, 128], 12, 1.0, dt)?);
     add(
         "stack [16,128]x2 axis 2->[16,128,2]",
