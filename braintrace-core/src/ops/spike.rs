@@ -398,6 +398,34 @@ mod tests {
     }
 
     #[test]
+    fn dispatched_surrogate_block_matches_the_plain_loop_bit_for_bit() {
+        // AVX2 where the CPU has it vs the plain loop (the same code on a
+        // CPU without AVX2); 131 elements: not a multiple of any width.
+        let u: Vec<f64> = (0..131).map(|i| (i as f64 - 65.0) * 0.07).collect();
+        let u32s: Vec<f32> = u.iter().map(|&x| x as f32).collect();
+        for s in [
+            Surrogate::default(),
+            Surrogate::sigmoid(),
+            Surrogate::relu_grad(),
+        ] {
+            let (mut a, mut b) = (vec![0.0; 131], vec![0.0; 131]);
+            surrogate_block(s, &u, &mut a);
+            surrogate_loop(s, &u, &mut b);
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{s:?} f64"
+            );
+            let (mut a, mut b) = (vec![0.0f32; 131], vec![0.0f32; 131]);
+            surrogate_block(s, &u32s, &mut a);
+            surrogate_loop(s, &u32s, &mut b);
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{s:?} f32"
+            );
+        }
+    }
+
+    #[test]
     fn surrogate_params_print_and_validate() {
         assert_eq!(Surrogate::default().describe(), "arctan(alpha=2)");
         assert_eq!(
