@@ -848,8 +848,15 @@ impl Primitive for Scalar {
     }
 }
 
-/// Apply a tensor-scalar op.
+/// Apply a tensor-scalar op (`x * 1` and `x / 1` of a float `x` are `x`
+/// itself: no equation is recorded).
 pub fn scalar_op(op: ScalarOp, x: &Tensor, value: f64) -> Result<Tensor> {
+    // `x * 1` and `x / 1` are `x`, bit for bit: no equation (a model's
+    // `v - v_th * s` with `v_th = 1`, and its derivatives, would otherwise
+    // add a full pass over the data to every step).
+    if value == 1.0 && matches!(op, ScalarOp::Mul | ScalarOp::Div) && x.dtype().is_float() {
+        return Ok(x.clone());
+    }
     bind1(Arc::new(Scalar { op, value }), std::slice::from_ref(x))
 }
 
@@ -1239,6 +1246,40 @@ mod tests {
             scalar_loop(op, -1.7, &a, &mut want);
             same_bits(&format!("{op:?}"), &got, &want);
         }
+    }
+
+    /// `x * 1` and `x / 1` record no equation (and are `x`); other values,
+    /// and integer operands, still do.
+    #[test]
+    fn multiplying_or_dividing_by_one_records_nothing() {
+        use crate::graph::trace;
+        use crate::tensor::Aval;
+        let g = trace(
+            |x: &[Tensor]| {
+                Ok(vec![
+                    x[0].mul_scalar(1.0)?.div_scalar(1.0)?,
+                    x[0].mul_scalar(2.0)?.div_scalar(-1.0)?,
+                ])
+            },
+            &[Aval::new(&[3], DType::F32)],
+        )
+        .unwrap();
+        assert_eq!(g.eqns.len(), 2, "{g}");
+        assert_eq!(g.outvars[0], g.invars[0], "{g}");
+        let i = Tensor::from_vec_typed(vec![1i64, 2], &[2]).unwrap();
+        let x = Tensor::from_vec(vec![1.5, -0.0, f64::INFINITY], &[3]).unwrap();
+        let y = x.mul_scalar(1.0).unwrap().div_scalar(1.0).unwrap();
+        assert_eq!(y.to_vec_f64().unwrap(), x.to_vec_f64().unwrap());
+        assert!(y.to_vec_f64().unwrap()[1].is_sign_negative());
+        // Integers keep the op, and its checks.
+        assert_eq!(
+            i.mul_scalar(1.0)
+                .map(|t| t.dtype())
+                .map_err(|e| e.to_string()),
+            i.mul_scalar(2.0)
+                .map(|t| t.dtype())
+                .map_err(|e| e.to_string()),
+        );
     }
 
     #[test]
