@@ -522,15 +522,15 @@ impl Primitive for Binary {
         let (ta, tb) = (&t[0], &t[1]);
         let dt = match self.0 {
             BinaryOp::Add => add_opt(ta.clone(), tb.clone())?,
-            BinaryOp::Sub => add_opt(ta.clone(), tb.as_ref().map(Tensor::neg).transpose()?)?,
+            BinaryOp::Sub => sub_opt(ta.clone(), tb.clone())?,
             BinaryOp::Mul => add_opt(
                 ta.as_ref().map(|t| t.mul(b)).transpose()?,
                 tb.as_ref().map(|t| a.mul(t)).transpose()?,
             )?,
             BinaryOp::Div => {
                 let l = ta.as_ref().map(|t| t.div(b)).transpose()?;
-                let r = tb.as_ref().map(|t| t.mul(&y)?.div(b)?.neg()).transpose()?;
-                add_opt(l, r)?
+                let r = tb.as_ref().map(|t| t.mul(&y)?.div(b)).transpose()?;
+                sub_opt(l, r)?
             }
             BinaryOp::Max | BinaryOp::Min => {
                 // The winner takes the tangent; exact ties split it evenly, as JAX does.
@@ -639,6 +639,17 @@ pub(crate) fn add_opt(a: Option<Tensor>, b: Option<Tensor>) -> Result<Option<Ten
         (Some(a), None) => Some(a),
         (None, Some(b)) => Some(b),
         (Some(a), Some(b)) => Some(binary(BinaryOp::Add, &a, &b)?),
+    })
+}
+
+/// `a - b` of optional tangents (a missing one is zero): one `sub`, not
+/// `a + neg(b)` (the same bits, one pass fewer).
+pub(crate) fn sub_opt(a: Option<Tensor>, b: Option<Tensor>) -> Result<Option<Tensor>> {
+    Ok(match (a, b) {
+        (None, None) => None,
+        (Some(a), None) => Some(a),
+        (None, Some(b)) => Some(b.neg()?),
+        (Some(a), Some(b)) => Some(binary(BinaryOp::Sub, &a, &b)?),
     })
 }
 
@@ -1280,6 +1291,40 @@ mod tests {
                 .map(|t| t.dtype())
                 .map_err(|e| e.to_string()),
         );
+    }
+
+    /// The tangent of `a - b` (and of `a / b`) is one `sub`, not an `add`
+    /// of a `neg`; the values are checked against the formulas.
+    #[test]
+    fn sub_and_div_tangents_subtract() {
+        use crate::graph::trace;
+        use crate::tensor::Aval;
+        let f = |x: &[Tensor]| -> Result<Vec<Tensor>> {
+            let (_, t) = crate::transform::jvp(
+                |p: &[Tensor]| Ok(vec![p[0].sub(&p[1])?, p[0].div(&p[1])?]),
+                &x[..2],
+                &x[2..],
+            )?;
+            Ok(t)
+        };
+        let av = Aval::new(&[3], DType::F64);
+        let g = trace(f, &[av.clone(), av.clone(), av.clone(), av]).unwrap();
+        let names: Vec<String> = g.eqns.iter().map(|e| e.prim.name()).collect();
+        assert!(!names.iter().any(|n| n == "neg"), "{g}");
+        let v = |d: [f64; 3]| Tensor::from_vec(d.to_vec(), &[3]).unwrap();
+        let (a, b, ta, tb) = (
+            [1.0, -2.0, 3.0],
+            [0.5, 4.0, -1.5],
+            [0.3, 0.1, -2.0],
+            [1.0, -0.7, 0.2],
+        );
+        let t = f(&[v(a), v(b), v(ta), v(tb)]).unwrap();
+        let (dsub, ddiv) = (t[0].to_vec_f64().unwrap(), t[1].to_vec_f64().unwrap());
+        for k in 0..3 {
+            assert_eq!(dsub[k], ta[k] - tb[k]);
+            let want = ta[k] / b[k] - tb[k] * (a[k] / b[k]) / b[k];
+            assert!((ddiv[k] - want).abs() <= 1e-15 * want.abs().max(1.0), "{k}");
+        }
     }
 
     #[test]
