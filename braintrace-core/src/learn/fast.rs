@@ -1132,26 +1132,11 @@ struct Ctx<'a, T> {
     solve: Solve,
 }
 
-/// Run block `k`, with AVX2 when the CPU has it (the same arithmetic — no
-/// fused multiply-adds are introduced — in 8 lanes instead of 4).
-fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above), the only
-            // requirement of a `target_feature` function.
-            unsafe { block_avx2(ctx, k, part, grad) };
-            return;
-        }
-    }
-    block_scaled_or_not(ctx, k, part, grad);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn block_avx2<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
-    block_scaled_or_not(ctx, k, part, grad);
-}
+crate::kernels::avx2_dispatch!(
+    /// Run block `k`, with AVX2 when the CPU has it (the same arithmetic —
+    /// no fused multiply-adds are introduced — in 8 lanes instead of 4).
+    fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) => block_scaled_or_not
+);
 
 /// Gradient rows per tile: the tile's rows of the gradient (at most about
 /// 64 KiB) stay in cache while every sample's trace rows of the tile stream
