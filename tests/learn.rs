@@ -10,11 +10,12 @@ use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Init, Model, ModelState, NonTemporal,
     PpProp, Reduction, StepCtx, TensorDict, VjpMethod,
 };
-use braintrace::nn::{Initializer, Rng};
+use braintrace::nn::Initializer;
 use braintrace::ops::{ConvPadding, ConvParams};
 use braintrace::prelude::*;
 use braintrace::prims::{conv, lora_matmul, matmul, sparse_matmul, CsrStructure, Transforms};
 use learn_support::models::{DiagNet, GruNet, LifNet};
+use learn_support::{draw, mse};
 
 // ------------------------------------------------------------ the user primitive (the seed's)
 
@@ -116,16 +117,6 @@ fn leaky2(params: &[(&str, &[usize])], hidden: &[usize], op: Op) -> LeakyOver {
         two_states: true,
         ..leaky(params, hidden, op)
     }
-}
-
-fn draw(shape: &[usize], seed: u64) -> Tensor {
-    Initializer::Normal { std: 1.0 }
-        .draw(shape, DType::F64, &mut Rng::seed(seed))
-        .unwrap()
-}
-
-fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
-    o.sub(y)?.square()?.mean_all()
 }
 
 /// `got` against `want` key by key, element by element, within `tol` of the
@@ -916,29 +907,14 @@ fn f32_vs_f64<M: Model>(
     x_shape: &[usize],
     y_shape: &[usize],
 ) {
-    let run = |dt: DType| {
-        let model = make();
-        let state = ModelState::new(&model, dt, 4, batch).unwrap();
-        let mut l = compile(
-            model,
-            state,
-            DRtrl::default(),
-            &Tensor::zeros(x_shape, dt),
-            batch,
-        )
-        .unwrap();
-        assert!(!l.explain().contains("fused trace kernels: 0 of"));
-        l.etrace_grad(
-            &draw(&[&[8], x_shape].concat(), 1),
-            &draw(&[&[8], y_shape].concat(), 2),
-            mse,
-            Reduction::Mean,
-        )
-        .unwrap()
-        .grads
-    };
-    let (a, b) = (run(DType::F32), run(DType::F64));
-    learn_support::assert_f32_matches_f64(&a, &b);
+    learn_support::assert_learner_f32_matches_f64(
+        make,
+        || DRtrl::default().into(),
+        batch,
+        8,
+        (x_shape, y_shape),
+        |l| assert!(!l.explain().contains("fused trace kernels: 0 of")),
+    );
 }
 
 #[test]
@@ -1002,26 +978,12 @@ fn fused_kernels_in_f32_agree_with_f64() {
 
 #[test]
 fn f32_learner_agrees_with_f64() {
-    let run = |dt: DType| {
-        let model = GruNet::new(3, 6, 2);
-        let state = ModelState::new(&model, dt, 4, Some(2)).unwrap();
-        let mut l = compile(
-            model,
-            state,
-            DRtrl::default(),
-            &Tensor::zeros(&[2, 3], dt),
-            Some(2),
-        )
-        .unwrap();
-        l.etrace_grad(
-            &draw(&[8, 2, 3], 1),
-            &draw(&[8, 2, 2], 2),
-            mse,
-            Reduction::Mean,
-        )
-        .unwrap()
-        .grads
-    };
-    let (a, b) = (run(DType::F32), run(DType::F64));
-    learn_support::assert_f32_matches_f64(&a, &b);
+    learn_support::assert_learner_f32_matches_f64(
+        || GruNet::new(3, 6, 2),
+        || DRtrl::default().into(),
+        Some(2),
+        8,
+        (&[2, 3], &[2, 2]),
+        |_| {},
+    );
 }

@@ -10,10 +10,11 @@ use braintrace::etp::ElemFn;
 use braintrace::learn::{
     compile, Init, Model, ModelState, PpProp, Reduction, StepCtx, TensorDict, VjpMethod,
 };
-use braintrace::nn::{Initializer, Rng};
+use braintrace::nn::Initializer;
 use braintrace::prelude::*;
 use braintrace::prims::{matmul, Transforms};
 use learn_support::models::{DiagNet, GruNet, LeakyNet, LifNet};
+use learn_support::{draw, mse};
 
 /// `h' = 0.7 h + tanh([x, h] @ tanh(W) + softplus(b))`: a dense relation
 /// with weight and bias transforms.
@@ -47,16 +48,6 @@ impl Model for Hooked {
         ctx.set_hidden("h", h_new.clone())?;
         Ok(h_new)
     }
-}
-
-fn draw(shape: &[usize], seed: u64) -> Tensor {
-    Initializer::Normal { std: 1.0 }
-        .draw(shape, DType::F64, &mut Rng::seed(seed))
-        .unwrap()
-}
-
-fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
-    o.sub(y)?.square()?.mean_all()
 }
 
 fn close(what: &str, got: &TensorDict, want: &TensorDict, tol: f64) {
@@ -144,26 +135,12 @@ fn pp_dense_accumulation_equals_the_rules() {
 
 #[test]
 fn pp_dense_accumulation_in_f32_agrees_with_f64() {
-    let run = |dt: DType| {
-        let model = GruNet::new(3, 6, 2);
-        let state = ModelState::new(&model, dt, 4, Some(2)).unwrap();
-        let mut l = compile(
-            model,
-            state,
-            PpProp::new(0.9).unwrap(),
-            &Tensor::zeros(&[2, 3], dt),
-            Some(2),
-        )
-        .unwrap();
-        l.etrace_grad(
-            &draw(&[40, 2, 3], 1),
-            &draw(&[40, 2, 2], 2),
-            mse,
-            Reduction::Mean,
-        )
-        .unwrap()
-        .grads
-    };
-    let (a, b) = (run(DType::F32), run(DType::F64));
-    learn_support::assert_f32_matches_f64(&a, &b);
+    learn_support::assert_learner_f32_matches_f64(
+        || GruNet::new(3, 6, 2),
+        || PpProp::new(0.9).unwrap().into(),
+        Some(2),
+        40,
+        (&[2, 3], &[2, 2]),
+        |_| {},
+    );
 }

@@ -6,8 +6,52 @@
 pub mod e2e;
 pub mod models;
 
-use braintrace::learn::TensorDict;
-use braintrace::DType;
+use braintrace::learn::{compile, Algorithm, Learner, Model, ModelState, Reduction, TensorDict};
+use braintrace::nn::{Initializer, Rng};
+use braintrace::{DType, Result, Tensor};
+
+/// Standard-normal f64 values of `shape`, from `seed`.
+pub fn draw(shape: &[usize], seed: u64) -> Tensor {
+    Initializer::Normal { std: 1.0 }
+        .draw(shape, DType::F64, &mut Rng::seed(seed))
+        .unwrap()
+}
+
+/// Mean squared error.
+pub fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
+    o.sub(y)?.square()?.mean_all()
+}
+
+/// Compile `make()` with `algo()` in f32 and in f64 (state seed 4, example
+/// input of `x_shape`), run one `etrace_grad` over `steps` drawn steps
+/// (inputs seed 1, targets seed 2, MSE), and check the f32 gradients
+/// against the f64 ones ([`assert_f32_matches_f64`]). `check` sees each
+/// compiled learner first.
+pub fn assert_learner_f32_matches_f64<M: Model>(
+    make: impl Fn() -> M,
+    algo: impl Fn() -> Algorithm,
+    batch: Option<usize>,
+    steps: usize,
+    (x_shape, y_shape): (&[usize], &[usize]),
+    check: impl Fn(&Learner<M>),
+) {
+    let run = |dt: DType| {
+        let model = make();
+        let state = ModelState::new(&model, dt, 4, batch).unwrap();
+        let mut l = compile(model, state, algo(), &Tensor::zeros(x_shape, dt), batch).unwrap();
+        check(&l);
+        l.etrace_grad(
+            &draw(&[&[steps], x_shape].concat(), 1),
+            &draw(&[&[steps], y_shape].concat(), 2),
+            mse,
+            Reduction::Mean,
+        )
+        .unwrap()
+        .grads
+    };
+    let (a, b) = (run(DType::F32), run(DType::F64));
+    assert_f32_matches_f64(&a, &b);
+}
 
 /// `f32` gradients (`a`) agree with `f64` ones (`b`) of the same run: the
 /// same keys' values, f32, within 1e-5 of the largest `f64` entry (f32
