@@ -1024,7 +1024,6 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 
 /// The float types the plan writes buffers of itself.
 trait PoolFloat: Float + ArrayElement + 'static {
-    fn array(d: &ArrayData) -> Option<&ArrayD<Self>>;
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
     fn tensor(a: ArrayD<Self>) -> Tensor;
     /// The pool's free lists for this type (one per buffer class).
@@ -1036,12 +1035,6 @@ trait PoolFloat: Float + ArrayElement + 'static {
 macro_rules! pool_float {
     ($t:ty, $variant:ident, $block:ident, $free:ident, $scratch:ident) => {
         impl PoolFloat for $t {
-            fn array(d: &ArrayData) -> Option<&ArrayD<$t>> {
-                match d {
-                    ArrayData::$variant(a) => Some(a),
-                    _ => None,
-                }
-            }
             fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
                 k.$block(ins, out)
             }

@@ -912,26 +912,9 @@ fn swap_last2(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The float types the fused kernels run in.
-trait KernelFloat: Float + Send + Sync + ArrayElement {
-    /// The array, if `a` holds this type.
-    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>>;
-}
-impl KernelFloat for f32 {
-    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>> {
-        match a {
-            ArrayData::F32(a) => Some(a),
-            _ => None,
-        }
-    }
-}
-impl KernelFloat for f64 {
-    fn array(a: &ArrayData) -> Option<&ndarray::ArrayD<Self>> {
-        match a {
-            ArrayData::F64(a) => Some(a),
-            _ => None,
-        }
-    }
-}
+trait KernelFloat: Float + Send + Sync + ArrayElement {}
+impl KernelFloat for f32 {}
+impl KernelFloat for f64 {}
 
 /// `a`'s elements as `T`, in memory order; errors name kernel `op`.
 fn slice<'a, T: KernelFloat>(op: &str, a: &'a ArrayData) -> Result<&'a [T]> {

@@ -628,10 +628,11 @@ impl Program {
 
     /// The gradient program: `(loss, grads, signals, pp_rows)` with the
     /// gradients of the parameters [`program_grads`](Self::program_grads)
-    /// lists, the learning signal per group and, per pp_prop pair
-    /// with [`Layout::pp_fast`], its `x̄` and summed signal. `traces` are the traces after this step for the
-    /// single-step method and before it for the multi-step method; `c` is
-    /// pp_prop's bias correction (a scalar; ignored by D-RTRL).
+    /// lists, the learning signal per group and, per pp_prop pair with
+    /// [`Layout::pp_fast`], its `x̄` and summed signal. `traces` are the
+    /// traces after this step for the single-step method and before it for
+    /// the multi-step method; `c` is pp_prop's bias correction (a scalar;
+    /// ignored by D-RTRL).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     pub(crate) fn gradient<L>(
         &self,

@@ -16,6 +16,8 @@ use std::sync::Arc;
 /// [`ArrayData`] (`f32`, `f64`, `i64`, `bool`).
 pub trait ArrayElement: Element {
     /// The array, if `data` holds this element type.
+    fn array(data: &ArrayData) -> Option<&ArrayD<Self>>;
+    /// The array, if `data` holds this element type.
     fn array_mut(data: &mut ArrayData) -> Option<&mut ArrayD<Self>>;
     /// The array, or `data` back if it holds another element type.
     fn into_array(data: ArrayData) -> std::result::Result<ArrayD<Self>, ArrayData>;
@@ -26,6 +28,12 @@ pub trait ArrayElement: Element {
 macro_rules! array_element {
     ($t:ty, $variant:ident) => {
         impl ArrayElement for $t {
+            fn array(data: &ArrayData) -> Option<&ArrayD<Self>> {
+                match data {
+                    ArrayData::$variant(a) => Some(a),
+                    _ => None,
+                }
+            }
             fn array_mut(data: &mut ArrayData) -> Option<&mut ArrayD<Self>> {
                 match data {
                     ArrayData::$variant(a) => Some(a),
