@@ -37,6 +37,7 @@
 use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
+use crate::kernels::sgemm;
 use crate::ops::linalg::Matmul;
 use crate::ops::shape::{Reshape, Transpose};
 use crate::tensor::{
@@ -184,6 +185,15 @@ struct Pool {
     /// Per buffer class, the most dead buffers kept: how many values of
     /// the class one call writes.
     caps: Vec<usize>,
+    /// Per `f32` product (by its output variable) whose right operand is
+    /// a program input or constant: that operand as last seen (held, so
+    /// that an in-place change copies it first and the identity check is
+    /// sound) and its packed panels, reused while the caller passes the
+    /// same tensor (a weight, step after step).
+    packed: std::collections::HashMap<VarId, (Tensor, sgemm::PackedB)>,
+    /// How many times a right operand was packed (tests).
+    #[cfg(test)]
+    packs: usize,
 }
 
 impl Pool {
@@ -578,7 +588,22 @@ impl Plan {
                 .data_for("matmul")
         };
         let y = match (arg(0)?, arg(1)?) {
-            (ArrayData::F32(a), ArrayData::F32(b)) => matmul_into(pool, class, a, b)?,
+            (ArrayData::F32(a), ArrayData::F32(b)) => {
+                match (
+                    a.view().into_dimensionality::<Ix2>(),
+                    b.view().into_dimensionality::<Ix2>(),
+                ) {
+                    (Ok(av), Ok(bv))
+                        if av.ncols() == bv.nrows() && sgemm::applies(&av, bv.ncols()) =>
+                    {
+                        let bt = env[inputs[1].0]
+                            .as_ref()
+                            .ok_or_else(|| undefined(p, inputs[1].0))?;
+                        self.sgemm_into(pool, class, av, bv, (bt, inputs[1].0), out)
+                    }
+                    _ => matmul_into(pool, class, a, b)?,
+                }
+            }
             (ArrayData::F64(a), ArrayData::F64(b)) => matmul_into(pool, class, a, b)?,
             (a, b) => {
                 return Err(Error::dtype(
@@ -599,6 +624,46 @@ impl Plan {
             }
         }
         Ok(y)
+    }
+
+    /// A few-row `f32` product by [`sgemm`] (as the interpreter's `eval`
+    /// runs it: the same bits) into a recycled buffer; `b_t` is the right
+    /// operand's tensor and variable: its panels are kept for the next call
+    /// when it is a program input or constant.
+    fn sgemm_into(
+        &self,
+        pool: &mut Pool,
+        class: Option<usize>,
+        a: ndarray::ArrayView2<'_, f32>,
+        b: ndarray::ArrayView2<'_, f32>,
+        (b_t, b_var): (&Tensor, VarId),
+        out: VarId,
+    ) -> Tensor {
+        let (m, n) = (a.nrows(), b.ncols());
+        let mut c = take::<f32>(pool, class, m * n);
+        let g = &*self.graph;
+        let constant = g.invars.contains(&b_var) || g.constvars.contains(&b_var);
+        if constant {
+            let hit = matches!(pool.packed.get(&out), Some((t, _)) if t.ptr_eq(b_t));
+            if !hit {
+                #[cfg(test)]
+                {
+                    pool.packs += 1;
+                }
+                pool.packed
+                    .insert(out, (b_t.clone(), sgemm::PackedB::new(&b)));
+            }
+            let (_, panels) = &pool.packed[&out];
+            sgemm::gemm(&a, panels, &mut c);
+        } else {
+            #[cfg(test)]
+            {
+                pool.packs += 1;
+            }
+            sgemm::gemm(&a, &sgemm::PackedB::new(&b), &mut c);
+        }
+        let c = Array2::from_shape_vec((m, n), c).expect("m · n elements");
+        f32::tensor(c.into_dyn())
     }
 
     /// A float layout change the plan runs itself (reshape, transpose):
@@ -1581,6 +1646,51 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn plan_keeps_a_weights_panels_while_the_same_tensor_comes_back() {
+        // `x @ w` and `tanh(..) @ v` read inputs on the right (panels kept);
+        // `x @ (2 w)` an intermediate (packed on every call).
+        let av = |s: &[usize]| Aval::new(s, DType::F32);
+        let g = Arc::new(
+            trace(
+                |x: &[Tensor]| {
+                    Ok(vec![
+                        x[0].matmul(&x[1])?.tanh()?.matmul(&x[2])?,
+                        x[0].matmul(&x[1].mul_scalar(2.0)?)?,
+                    ])
+                },
+                &[av(&[16, 30]), av(&[30, 20]), av(&[20, 5])],
+            )
+            .unwrap(),
+        );
+        let plan = Plan::new(g.clone()).unwrap();
+        let packs = || plan.pool.lock().unwrap().packs;
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut w = rand_tensor(&mut rng, &[30, 20], DType::F32);
+        let v = rand_tensor(&mut rng, &[20, 5], DType::F32);
+        let mut run = |w: &Tensor, what: &str| {
+            let x = rand_tensor(&mut rng, &[16, 30], DType::F32);
+            let args = vec![x, w.clone(), v.clone()];
+            let want = g.eval(&args).unwrap();
+            assert_same(&plan.run(args).unwrap(), &want, what);
+        };
+        let per_call = usize::from(sgemm::available());
+        for step in 0..3 {
+            run(&w, &format!("call {step}"));
+        }
+        // w and v once, the intermediate every call.
+        assert_eq!(packs(), per_call * (2 + 3));
+        // A weight changed in place is another tensor (the plan's handle
+        // made it copy): packed again, and the results follow it.
+        w.add_scalar_in_place(0.5).unwrap();
+        run(&w, "after an in-place change");
+        assert_eq!(packs(), per_call * (2 + 3 + 2));
+        // The same values in a new tensor: packed again too.
+        let w2 = Tensor::from_data(w.data().unwrap().clone());
+        run(&w2, "a fresh copy");
+        assert_eq!(packs(), per_call * (2 + 3 + 2 + 2));
     }
 
     #[test]

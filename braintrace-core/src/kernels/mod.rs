@@ -5,6 +5,7 @@ pub mod conv;
 pub mod fastmath;
 pub mod gather;
 pub(crate) mod reduce;
+pub mod sgemm;
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};

@@ -110,7 +110,7 @@ impl Primitive for Matmul {
             .remove(0);
         let d = match (inputs[0].data_for("matmul")?, inputs[1].data_for("matmul")?) {
             (ArrayData::F32(a), ArrayData::F32(b)) if a.ndim() == 2 => {
-                ArrayData::F32(mm2(a, b).into_dyn())
+                ArrayData::F32(mm2_f32(a, b).into_dyn())
             }
             (ArrayData::F64(a), ArrayData::F64(b)) if a.ndim() == 2 => {
                 ArrayData::F64(mm2(a, b).into_dyn())
@@ -173,6 +173,22 @@ fn mm2<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>) -> Array2<T> {
     let a = a.view().into_dimensionality::<Ix2>().expect("rank 2");
     let b = b.view().into_dimensionality::<Ix2>().expect("rank 2");
     a.dot(&b)
+}
+
+/// A 2-D `f32` product: few rows run [`sgemm`](crate::kernels::sgemm)
+/// (the planned executor makes the same choice, so both give the same
+/// bits), others `matrixmultiply`.
+pub(crate) fn mm2_f32(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Array2<f32> {
+    use crate::kernels::sgemm;
+    let av = a.view().into_dimensionality::<Ix2>().expect("rank 2");
+    let bv = b.view().into_dimensionality::<Ix2>().expect("rank 2");
+    let (m, n) = (av.nrows(), bv.ncols());
+    if !sgemm::applies(&av, n) {
+        return mm2(a, b);
+    }
+    let mut c = vec![0f32; m * n];
+    sgemm::gemm(&av, &sgemm::PackedB::new(&bv), &mut c);
+    Array2::from_shape_vec((m, n), c).expect("m · n elements")
 }
 
 /// Swap the last two axes.
