@@ -7,9 +7,10 @@
 //! below by this one.
 //!
 //! **pp_prop, matrix products**: the products a pp_prop step cannot avoid,
-//! timed alone with the learner's own matrix product (ndarray's
-//! `general_mat_mul`, i.e. matrixmultiply, one thread): the forward product
-//! `[B, I]·[I, O]` of every dense weight (GRU: 3, LIF: 1) and the weight
+//! timed alone with the learner's own matrix products (one thread): the
+//! forward product `[B, I]·[I, O]` of every dense weight (GRU: 3, LIF: 1;
+//! `kernels::sgemm` on the weight's kept panels, as the planned executor
+//! runs it for up to 128 rows) and the weight
 //! gradient `x̄ᵀ g` of every relation (GRU: 2, as `explain()` counts them;
 //! LIF: 1), which the learner runs as one `[I, 256]·[256, O]` product per
 //! 256 rows of steps × batch. The readout's products (output size 4) are
@@ -22,6 +23,7 @@
 //!
 //! Prints a line per repetition and one JSON line per floor with the best.
 
+use braintrace::kernels::sgemm;
 use ndarray::linalg::general_mat_mul;
 use ndarray::Array2;
 use std::hint::black_box;
@@ -113,10 +115,22 @@ fn products_floor(n_rec: usize, batch: usize) {
     let w = Array2::from_elem((i, o), 0.01f32);
     let mut y = Array2::zeros((b, o));
     let reps = (2_000_000 / (b * i * o)).max(3);
-    let forward = best_of(reps, || {
-        general_mat_mul(1.0, &x, &w, 0.0, &mut y);
-        black_box(&y);
-    });
+    // The learner's forward product: with few rows, its own kernel on the
+    // weight's panels, packed once per call (as the planned executor keeps
+    // them); otherwise matrixmultiply.
+    let forward = if sgemm::applies(&x.view(), o) {
+        let panels = sgemm::PackedB::new(&w.view());
+        let out = y.as_slice_mut().expect("row-major");
+        best_of(reps, || {
+            sgemm::gemm(&x.view(), &panels, out);
+            black_box(&out);
+        })
+    } else {
+        best_of(reps, || {
+            general_mat_mul(1.0, &x, &w, 0.0, &mut y);
+            black_box(&y);
+        })
+    };
     let xbar = Array2::from_elem((CHUNK_ROWS, i), 0.2f32);
     let g = Array2::from_elem((CHUNK_ROWS, o), 0.01f32);
     let mut grad = Array2::zeros((i, o));
