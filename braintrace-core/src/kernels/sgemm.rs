@@ -109,18 +109,45 @@ pub fn gemm(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
     );
     #[cfg(target_arch = "x86_64")]
     {
-        let (rs, cs) = (a.strides()[0] as usize, a.strides()[1] as usize);
-        // SAFETY: the CPU has AVX2 and FMA (`applies`); `a` is an
-        // `(m, k)` view with non-negative strides `(rs, cs)`, so element
-        // `(r, kk)` lies at `a.as_ptr() + r·rs + kk·cs` for `r < m`,
-        // `kk < k`; `b.panels` holds `⌈n/16⌉` panels of `k × 16`; `c` is
-        // `m · n` long (all asserted above).
-        unsafe { x86::gemm(a.as_ptr(), rs, cs, m, k, b, c) }
+        let threads = rayon::current_num_threads().min(m);
+        if threads > 1 && m * k * b.n >= PAR_MIN_WORK {
+            // Rows split across the current rayon pool, each thread writing
+            // its own rows of `c`: every element is computed as on one
+            // thread, so the result does not depend on the split.
+            use rayon::prelude::*;
+            let per = m.div_ceil(threads);
+            c.par_chunks_mut(per * b.n).enumerate().for_each(|(t, c)| {
+                rows(
+                    &a.slice(ndarray::s![t * per..t * per + c.len() / b.n, ..]),
+                    b,
+                    c,
+                )
+            });
+        } else {
+            rows(a, b, c);
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         unreachable!("`applies` is false off x86_64")
     }
+}
+
+/// Multiply-adds from which [`gemm`] splits its rows across threads.
+const PAR_MIN_WORK: usize = 1 << 20;
+
+/// [`gemm`] on the calling thread (`a`, `b`, `c` as it checked).
+#[cfg(target_arch = "x86_64")]
+fn rows(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
+    let (m, k) = a.dim();
+    assert!(applies(a, b.n) && k == b.k && c.len() == m * b.n);
+    let (rs, cs) = (a.strides()[0] as usize, a.strides()[1] as usize);
+    // SAFETY: the CPU has AVX2 and FMA (`applies`, asserted by `gemm`);
+    // `a` is an `(m, k)` view with non-negative strides `(rs, cs)`, so
+    // element `(r, kk)` lies at `a.as_ptr() + r·rs + kk·cs` for `r < m`,
+    // `kk < k`; `b.panels` holds `⌈n/16⌉` panels of `k × 16`; `c` is
+    // `m · n` long.
+    unsafe { x86::gemm(a.as_ptr(), rs, cs, m, k, b, c) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -274,6 +301,36 @@ mod tests {
         let want = reference(&a, &b.view());
         for (&got, &want) in c.iter().zip(want.iter()) {
             assert!((got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()));
+        }
+    }
+
+    #[test]
+    fn rows_split_across_threads_give_the_same_bits() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+            return;
+        }
+        let (m, k, n) = (64, 528, 100);
+        assert!(m * k * n >= PAR_MIN_WORK);
+        let a = Array2::from_shape_fn((m, k), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
+        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
+        let panels = PackedB::new(&b.view());
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut c = vec![0f32; m * n];
+            pool.install(|| gemm(&a.view(), &panels, &mut c));
+            c
+        };
+        let one = run(1);
+        for threads in [2, 3, 5] {
+            assert_eq!(run(threads), one, "{threads} threads");
+        }
+        let want = reference(&a.view(), &b.view());
+        for (&got, &want) in one.iter().zip(want.iter()) {
+            assert!((got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()));
         }
     }
 
