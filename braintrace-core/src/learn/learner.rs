@@ -202,9 +202,17 @@ impl<M: Model> Learner<M> {
     }
     /// The eligibility traces (copies), flat: D-RTRL per relation and
     /// group, per trainable (those run by fused kernels last); pp_prop the
-    /// input traces, then the output traces.
+    /// input traces, then the output traces (`(V.., S)` per relation and
+    /// group).
     pub fn traces(&self) -> Vec<Tensor> {
-        let mut v = self.traces.clone();
+        let mut v = match self.program.algo {
+            Algorithm::PpProp(_) => self
+                .program
+                .layout
+                .pp_public(&self.traces)
+                .expect("the per-state traces stack as the layout says"),
+            Algorithm::DRtrl(_) => self.traces.clone(),
+        };
         for f in &self.fast {
             v.extend(f.leaves.iter().map(|(_, t)| t.tensor()));
         }
@@ -374,7 +382,12 @@ impl<M: Model> Learner<M> {
             v.extend(pp_rows);
             Ok(v)
         });
-        let ngroups = self.program.eg.groups().len();
+        // The step program returns the stacked learning signals for
+        // D-RTRL's fused kernels only.
+        let ngroups = match self.program.algo {
+            Algorithm::DRtrl(_) => self.program.eg.groups().len(),
+            Algorithm::PpProp(_) => 0,
+        };
         let prog_params = self.program.program_grads(np);
         let ng = prog_params.len();
         // pp_prop: the learner accumulates the weight gradients of the

@@ -142,6 +142,12 @@ pub(crate) struct Layout {
     /// D-RTRL: per pair, the trace keys (sorted) and shapes.
     pub drtrl: Vec<Vec<(String, Aval)>>,
     /// pp_prop: per pair, the `f̄` aval.
+    ///
+    /// pp_prop keeps each pair's output trace as one tensor per state
+    /// (`(V..)`, in the flat list one after the other), so a step reads
+    /// and writes its states without slicing or stacking; the learner's
+    /// public [`traces`](super::Learner::traces) stacks them as these avals
+    /// say.
     pub pp_f: Vec<Aval>,
     /// D-RTRL: per pair, whether the fused kernel of [`super::fast`] runs it
     /// (its traces then live in the learner, not in the flat list).
@@ -168,9 +174,32 @@ impl Layout {
                 .x_vars
                 .iter()
                 .map(|&v| Tensor::zeros_aval(graph.aval(v)))
-                .chain(self.pp_f.iter().map(Tensor::zeros_aval))
+                .chain(self.pp_f.iter().flat_map(|a| {
+                    let (states, per) = a.shape().split_last().expect("(V.., S)");
+                    (0..*states).map(|_| Tensor::zeros(per, a.dtype()))
+                }))
                 .collect(),
         }
+    }
+
+    /// pp_prop: where pair `pi`'s per-state output traces start in the flat
+    /// list, and how many states it has.
+    pub(crate) fn pp_states(&self, pi: usize) -> (usize, usize) {
+        let states = |a: &Aval| a.shape().last().copied().unwrap_or(1);
+        let at = self.x_vars.len() + self.pp_f[..pi].iter().map(states).sum::<usize>();
+        (at, states(&self.pp_f[pi]))
+    }
+
+    /// pp_prop: the flat trace list with each pair's states stacked on a
+    /// trailing axis, as [`pp_f`](Self::pp_f) describes them.
+    pub(crate) fn pp_public(&self, traces: &[Tensor]) -> Result<Vec<Tensor>> {
+        let nx = self.x_vars.len();
+        let mut v = traces[..nx].to_vec();
+        for pi in 0..self.pp_f.len() {
+            let (at, s) = self.pp_states(pi);
+            v.push(stack_last(&traces[at..at + s])?);
+        }
+        Ok(v)
     }
 }
 
@@ -593,42 +622,30 @@ impl Program {
         df_parts: &[Vec<Tensor>],
         xs: &HashMap<VarId, Tensor>,
     ) -> Result<Vec<Tensor>> {
-        let nx = self.layout.x_vars.len();
         let mut out = Vec::with_capacity(traces.len());
         for (i, v) in self.layout.x_vars.iter().enumerate() {
             out.push(traces[i].mul_scalar(ax)?.add(&xs[v])?);
         }
         for (pi, pair) in self.layout.pairs.iter().enumerate() {
-            let f = &traces[nx + pi];
+            let (at, s) = self.layout.pp_states(pi);
+            let fc = &traces[at..at + s];
             let cols = &d_cols[pair.group];
-            let s = cols.len();
-            let fc: Vec<Tensor> = if s == 1 {
-                vec![f.reshape(&f.shape()[..f.ndim() - 1])?]
-            } else {
-                (0..s).map(|c| last(f, c)).collect::<Result<_>>()?
-            };
-            let mut new = Vec::with_capacity(s);
             for a in 0..s {
                 let mut acc = cols[0][a].mul(&fc[0])?;
                 for (c, fv) in fc.iter().enumerate().skip(1) {
                     acc = acc.add(&cols[c][a].mul(fv)?)?;
                 }
                 let df = &df_parts[pi][a];
-                new.push(acc.mul_scalar(af)?.add(&df.mul_scalar(1.0 - af)?)?);
+                out.push(acc.mul_scalar(af)?.add(&df.mul_scalar(1.0 - af)?)?);
             }
-            let new = if s == 1 {
-                new[0].reshape(f.shape())?
-            } else {
-                stack_last(&new)?
-            };
-            out.push(new);
         }
         Ok(out)
     }
 
     /// The gradient program: `(loss, grads, signals, pp_rows)` with the
     /// gradients of the parameters [`program_grads`](Self::program_grads)
-    /// lists, the learning signal per group and, per pp_prop pair with
+    /// lists, the learning signal per group stacked `(V.., S)` (D-RTRL
+    /// only; pp_prop returns none) and, per pp_prop pair with
     /// [`Layout::pp_fast`], its `x̄` and summed signal. `traces` are the
     /// traces after this step for the single-step method and before it for
     /// the multi-step method; `c` is pp_prop's bias correction (a scalar;
@@ -691,9 +708,13 @@ impl Program {
             VjpMethod::SingleStep => d_perturb,
             VjpMethod::MultiStep => d_hidden_in,
         };
+        // Stacked per group for D-RTRL (its solve and fused kernels);
+        // pp_prop reads the per-state signals.
+        let drtrl = matches!(self.algo, Algorithm::DRtrl(_));
         let signals: Vec<Tensor> = eg
             .groups()
             .iter()
+            .filter(|_| drtrl)
             .map(|grp| {
                 stack_last(
                     &grp.states
@@ -728,7 +749,7 @@ impl Program {
         let mut pp_rows = Vec::new();
         let solved = match &self.algo {
             Algorithm::DRtrl(_) => self.drtrl_solve(params, traces, &signals)?,
-            Algorithm::PpProp(_) => self.pp_solve(params, traces, &signals, c, &mut pp_rows)?,
+            Algorithm::PpProp(_) => self.pp_solve(params, traces, signal_src, c, &mut pp_rows)?,
         };
         for (i, t) in solved {
             addg(i, t)?;
@@ -831,6 +852,7 @@ impl Program {
         Ok(out)
     }
 
+    /// `signals`: the learning signal per hidden state.
     fn pp_solve(
         &self,
         params: &[Tensor],
@@ -839,13 +861,17 @@ impl Program {
         c: &Tensor,
         rows: &mut Vec<Tensor>,
     ) -> Result<Vec<(usize, Tensor)>> {
-        let nx = self.layout.x_vars.len();
         let mut out = Vec::new();
         for (pi, pair) in self.layout.pairs.iter().enumerate() {
             let r = &self.eg.relations()[pair.rel];
-            let f = &traces[nx + pi];
-            let sig = &signals[pair.group];
-            let gsum = f.mul(sig)?.sum(&[f.ndim() - 1])?.div(c)?;
+            let (at, s) = self.layout.pp_states(pi);
+            let states = &self.eg.groups()[pair.group].states;
+            // Σ_a ε_f[a] · signal[a], over the group's states.
+            let mut gsum = traces[at].mul(&signals[states[0]])?;
+            for a in 1..s {
+                gsum = gsum.add(&traces[at + a].mul(&signals[states[a]])?)?;
+            }
+            let gsum = gsum.div(c)?;
             let x = match r.x_var {
                 Some(v) => {
                     let i = self
