@@ -122,8 +122,10 @@ enum Step {
 enum Kernel {
     /// By its primitive's `eval` (a fresh result).
     Eval,
-    /// A 2-D `f32`/`f64` matrix product into a recycled buffer.
-    Matmul,
+    /// A 2-D `f32`/`f64` matrix product into a recycled buffer;
+    /// `keep_panels` when its right operand is a program input or constant
+    /// (the [`sgemm`] panels of a weight are kept from call to call).
+    Matmul { keep_panels: bool },
     /// An `f32`/`f64` reshape: the operand's own buffer when it is moved
     /// in, unique and row-major; else a copy into a recycled buffer.
     Reshape,
@@ -461,9 +463,14 @@ impl Plan {
                 } => {
                     let e = &g.eqns[*eqn];
                     let outs = match kernel {
-                        Kernel::Matmul => {
-                            vec![self.matmul(pool, env, e.prim.as_ref(), inputs, e.outputs[0])?]
-                        }
+                        Kernel::Matmul { keep_panels } => vec![self.matmul(
+                            pool,
+                            env,
+                            e.prim.as_ref(),
+                            inputs,
+                            e.outputs[0],
+                            *keep_panels,
+                        )?],
                         Kernel::Transpose => {
                             let p = e.prim.as_ref();
                             let perm = &p
@@ -581,6 +588,7 @@ impl Plan {
         p: &dyn Primitive,
         inputs: &[(VarId, bool)],
         out: VarId,
+        keep_panels: bool,
     ) -> Result<Tensor> {
         let class = self.class_of[out];
         let arg = |i: usize| {
@@ -602,7 +610,8 @@ impl Plan {
                         let bt = env[inputs[1].0]
                             .as_ref()
                             .ok_or_else(|| undefined(p, inputs[1].0))?;
-                        self.sgemm_into(pool, class, av, bv, (bt, inputs[1].0), out)
+                        let keep = keep_panels.then_some((bt, out));
+                        Self::sgemm_into(pool, class, av, bv, keep)
                     }
                     _ => matmul_into(pool, class, a, b)?,
                 }
@@ -630,23 +639,19 @@ impl Plan {
     }
 
     /// A few-row `f32` product by [`sgemm`] (as the interpreter's `eval`
-    /// runs it: the same bits) into a recycled buffer; `b_t` is the right
-    /// operand's tensor and variable: its panels are kept for the next call
-    /// when it is a program input or constant.
+    /// runs it: the same bits) into a recycled buffer. `keep`: the right
+    /// operand's tensor and the product's output variable, when the
+    /// operand's panels are kept for the next call.
     fn sgemm_into(
-        &self,
         pool: &mut Pool,
         class: Option<usize>,
         a: ndarray::ArrayView2<'_, f32>,
         b: ndarray::ArrayView2<'_, f32>,
-        (b_t, b_var): (&Tensor, VarId),
-        out: VarId,
+        keep: Option<(&Tensor, VarId)>,
     ) -> Tensor {
         let (m, n) = (a.nrows(), b.ncols());
         let mut c = take::<f32>(pool, class, m * n);
-        let g = &*self.graph;
-        let constant = g.invars.contains(&b_var) || g.constvars.contains(&b_var);
-        if constant {
+        if let Some((b_t, out)) = keep {
             let hit = matches!(pool.packed.get(&out), Some((t, _)) if t.ptr_eq(b_t));
             if !hit {
                 #[cfg(test)]
@@ -790,7 +795,10 @@ fn kernel_of(g: &Graph, i: usize) -> Kernel {
         && g.avals[e.inputs[0]].dtype() == g.avals[e.inputs[1]].dtype()
         && g.avals[e.outputs[0]].size() <= MAX_PLANNED_MATMUL
     {
-        return Kernel::Matmul;
+        let right = e.inputs[1];
+        return Kernel::Matmul {
+            keep_panels: g.invars.contains(&right) || g.constvars.contains(&right),
+        };
     }
     if let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() {
         let r = g.avals[e.inputs[0]].ndim();

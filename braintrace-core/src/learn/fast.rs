@@ -624,26 +624,10 @@ impl FastTrace {
             return Tensor::from_data(self.data.clone());
         }
         // The rows in the public order: (.., n, S).
-        let lay = self.row;
         let mut shape = self.data.shape().to_vec();
         shape.pop();
-        shape.extend([lay.n, lay.k]);
-        fn public<T: Copy + num_traits::Zero>(
-            a: &ndarray::ArrayD<T>,
-            lay: Blocked,
-            shape: &[usize],
-        ) -> ndarray::ArrayD<T> {
-            let src = a.as_slice().expect("trace buffers are contiguous");
-            let mut out = vec![T::zero(); src.len()];
-            lay.unblock_rows(src, &mut out);
-            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), out)
-                .expect("the rows fill the shape")
-        }
-        let rows = match &self.data {
-            ArrayData::F32(a) => Tensor::from_data(ArrayData::F32(public(a, lay, &shape))),
-            ArrayData::F64(a) => Tensor::from_data(ArrayData::F64(public(a, lay, &shape))),
-            other => Tensor::from_data(other.clone()),
-        };
+        shape.extend([self.row.n, self.row.k]);
+        let rows = Tensor::from_data(self.row.moved(&self.data, false, &shape));
         match &self.conv {
             // Weight (B, P, CU, O, S) -> (B, P, O, CU, S) = (B, so.., O, C, ks.., S).
             Some(cv) if self.has_input => rows
@@ -985,19 +969,39 @@ impl Blocked {
     /// A contiguous operand whose rows are in the public order, in this
     /// layout (itself when `k` is 1).
     fn apply(self, a: ArrayData) -> ArrayData {
-        fn moved<T: Copy>(lay: Blocked, a: ndarray::ArrayD<T>) -> ndarray::ArrayD<T> {
-            let Some(src) = a.as_slice() else { return a };
-            let mut out = src.to_vec();
-            lay.block_rows(src, &mut out);
-            ndarray::ArrayD::from_shape_vec(a.raw_dim(), out).unwrap_or(a)
-        }
         if self.k <= 1 {
             return a;
         }
+        let shape = a.shape().to_vec();
+        self.moved(&a, true, &shape)
+    }
+
+    /// A contiguous array's rows moved into this layout (`into`) or out of
+    /// it into the public order, as a new array of `shape` (as many
+    /// elements).
+    fn moved(self, a: &ArrayData, into: bool, shape: &[usize]) -> ArrayData {
+        fn rows<T: Copy>(
+            lay: Blocked,
+            a: &ndarray::ArrayD<T>,
+            into: bool,
+            shape: &[usize],
+        ) -> ndarray::ArrayD<T> {
+            let src = a
+                .as_slice()
+                .expect("trace rows and operands are contiguous");
+            let mut out = src.to_vec();
+            if into {
+                lay.block_rows(src, &mut out);
+            } else {
+                lay.unblock_rows(src, &mut out);
+            }
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), out)
+                .expect("the shape holds the rows")
+        }
         match a {
-            ArrayData::F32(x) => ArrayData::F32(moved(self, x)),
-            ArrayData::F64(x) => ArrayData::F64(moved(self, x)),
-            other => other,
+            ArrayData::F32(x) => ArrayData::F32(rows(self, x, into, shape)),
+            ArrayData::F64(x) => ArrayData::F64(rows(self, x, into, shape)),
+            other => other.clone(),
         }
     }
 }

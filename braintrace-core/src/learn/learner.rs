@@ -382,12 +382,7 @@ impl<M: Model> Learner<M> {
             v.extend(pp_rows);
             Ok(v)
         });
-        // The step program returns the stacked learning signals for
-        // D-RTRL's fused kernels only.
-        let ngroups = match self.program.algo {
-            Algorithm::DRtrl(_) => self.program.eg.groups().len(),
-            Algorithm::PpProp(_) => 0,
-        };
+        let ngroups = self.program.signal_groups();
         let prog_params = self.program.program_grads(np);
         let ng = prog_params.len();
         // pp_prop: the learner accumulates the weight gradients of the

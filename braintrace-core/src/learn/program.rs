@@ -88,6 +88,16 @@ fn last(t: &Tensor, i: usize) -> Result<Tensor> {
     t.index_axis(t.ndim() - 1, i)
 }
 
+/// `Σ a ⊙ b` over `terms` (at least one), left to right.
+fn sum_of_products<'a>(
+    mut terms: impl Iterator<Item = (&'a Tensor, &'a Tensor)>,
+) -> Result<Tensor> {
+    let (a, b) = terms
+        .next()
+        .ok_or_else(|| Error::invalid("learning step", "a sum of no products"))?;
+    terms.try_fold(a.mul(b)?, |acc, (a, b)| acc.add(&a.mul(b)?))
+}
+
 /// Stack on a new trailing axis.
 fn stack_last(ts: &[Tensor]) -> Result<Tensor> {
     crate::ops::stack(ts, ts[0].ndim())
@@ -631,15 +641,21 @@ impl Program {
             let fc = &traces[at..at + s];
             let cols = &d_cols[pair.group];
             for a in 0..s {
-                let mut acc = cols[0][a].mul(&fc[0])?;
-                for (c, fv) in fc.iter().enumerate().skip(1) {
-                    acc = acc.add(&cols[c][a].mul(fv)?)?;
-                }
+                let acc = sum_of_products((0..s).map(|c| (&cols[c][a], &fc[c])))?;
                 let df = &df_parts[pi][a];
                 out.push(acc.mul_scalar(af)?.add(&df.mul_scalar(1.0 - af)?)?);
             }
         }
         Ok(out)
+    }
+
+    /// How many stacked learning signals [`gradient`](Self::gradient)
+    /// returns: one per hidden group for D-RTRL, none for pp_prop.
+    pub(crate) fn signal_groups(&self) -> usize {
+        match self.algo {
+            Algorithm::DRtrl(_) => self.eg.groups().len(),
+            Algorithm::PpProp(_) => 0,
+        }
     }
 
     /// The gradient program: `(loss, grads, signals, pp_rows)` with the
@@ -710,11 +726,10 @@ impl Program {
         };
         // Stacked per group for D-RTRL (its solve and fused kernels);
         // pp_prop reads the per-state signals.
-        let drtrl = matches!(self.algo, Algorithm::DRtrl(_));
         let signals: Vec<Tensor> = eg
             .groups()
             .iter()
-            .filter(|_| drtrl)
+            .take(self.signal_groups())
             .map(|grp| {
                 stack_last(
                     &grp.states
@@ -867,10 +882,7 @@ impl Program {
             let (at, s) = self.layout.pp_states(pi);
             let states = &self.eg.groups()[pair.group].states;
             // Σ_a ε_f[a] · signal[a], over the group's states.
-            let mut gsum = traces[at].mul(&signals[states[0]])?;
-            for a in 1..s {
-                gsum = gsum.add(&traces[at + a].mul(&signals[states[a]])?)?;
-            }
+            let gsum = sum_of_products((0..s).map(|a| (&traces[at + a], &signals[states[a]])))?;
             let gsum = gsum.div(c)?;
             let x = match r.x_var {
                 Some(v) => {

@@ -178,7 +178,7 @@ fn mm2<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>) -> Array2<T> {
 /// A 2-D `f32` product: few rows run [`sgemm`](crate::kernels::sgemm)
 /// (the planned executor makes the same choice, so both give the same
 /// bits), others `matrixmultiply`.
-pub(crate) fn mm2_f32(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Array2<f32> {
+fn mm2_f32(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Array2<f32> {
     use crate::kernels::sgemm;
     let av = a.view().into_dimensionality::<Ix2>().expect("rank 2");
     let bv = b.view().into_dimensionality::<Ix2>().expect("rank 2");
