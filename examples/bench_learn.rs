@@ -31,7 +31,12 @@
 //! carries over), so that memory is not dominated by the input sequence
 //! when checking that it is flat in T. `--generic` turns D-RTRL's fused
 //! trace kernels off (`DRtrl::fast_paths(false)`), to compare with the
-//! registered-rule path.
+//! registered-rule path. `--floor` (GRU and LIF D-RTRL) runs the trace-
+//! bandwidth floor loop of `examples/floor` for as many steps after each
+//! timed run and adds `floor_ms_per_step`, `floor_cpu_ms_per_step` and
+//! `vs_floor` (ours over the floor, CPU time, medians) to the line: a ratio
+//! measured in the same minutes. `peak_rss_mb` then leaves the floor's
+//! buffers out.
 //!
 //! Output: one JSON line per configuration on stdout as it finishes
 //! (`impl, model, algo, n_in, n_rec, n_out, batch, T, ms_per_step,
@@ -55,6 +60,8 @@
 //! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
 //! T 5).
 
+mod floor;
+
 use braintrace::etp::ElemFn;
 use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
 use braintrace::learn::{Learner, Reduction};
@@ -66,6 +73,8 @@ use braintrace::{DType, Result, Tensor};
 use std::hint::black_box;
 use std::process::Command;
 use std::time::Instant;
+
+use floor::TraceFloor;
 
 const N_IN: usize = 16;
 const N_OUT: usize = 4;
@@ -241,6 +250,8 @@ struct Config {
     profile: bool,
     /// Print the learner's `explain()` after compiling.
     explain: bool,
+    /// Time the D-RTRL bandwidth floor alternately with the learner.
+    floor: bool,
 }
 
 struct Args {
@@ -259,6 +270,7 @@ struct Args {
     explain: bool,
     no_plan: bool,
     threads: usize,
+    floor: bool,
 }
 
 /// The models `--model` accepts (the default grid runs `gru` and `lif`).
@@ -266,7 +278,7 @@ const MODELS: [&str; 6] = ["gru", "lif", "gru_tanh", "sparse", "lora", "conv"];
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
-       [--profile] [--explain] [--no-plan] [--threads 1]
+       [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
@@ -282,6 +294,10 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
   --threads N: threads for the fused trace kernels and the matrix
                products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
                default 1, to compare with a reference pinned to one core);
+  --floor: for gru and lif D-RTRL, also time the trace-bandwidth floor loop
+           (examples/floor) for as many steps after each timed run, and
+           report it (floor_ms_per_step, floor_cpu_ms_per_step) and ours
+           over it (vs_floor, CPU times): one ratio from the same minutes;
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
 
 fn list<T: std::str::FromStr>(flag: &str, v: &str) -> std::result::Result<Vec<T>, String> {
@@ -312,6 +328,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         explain: false,
         no_plan: false,
         threads: 1,
+        floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -348,6 +365,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--profile" => a.profile = true,
             "--explain" => a.explain = true,
             "--no-plan" => a.no_plan = true,
+            "--floor" => a.floor = true,
             // `cargo bench`-style harness flags are ignored.
             "--bench" => {}
             "-h" | "--help" => return Err(USAGE.to_string()),
@@ -396,6 +414,7 @@ fn configs(a: &Args) -> Vec<Config> {
                             generic: a.generic,
                             profile: a.profile,
                             explain: a.explain,
+                            floor: a.floor,
                         });
                     }
                 }
@@ -437,6 +456,9 @@ fn peak_rss_mb() -> Option<f64> {
 struct Measured {
     ms_per_step: f64,
     cpu_ms_per_step: Option<f64>,
+    /// The floor loop's wall and CPU ms per step (`--floor`), and the
+    /// learner's own peak RSS, without the floor's buffers.
+    floor: Option<(f64, Option<f64>, Option<f64>)>,
     compile_ms: f64,
     first_call_ms: f64,
     steps_timed: usize,
@@ -537,6 +559,13 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
         steps = ((budget_s / est) as usize).clamp(3.min(cfg.t), cfg.t);
     }
+    // The floor's buffers come after the learner's peak so far (compile and
+    // a first call) is recorded.
+    let with_floor =
+        cfg.floor && cfg.algo == "d_rtrl" && matches!(cfg.model.as_str(), "gru" | "lif");
+    let rss_before_floor = peak_rss_mb();
+    let mut floor = with_floor.then(|| TraceFloor::new(N_IN, cfg.n_rec, cfg.batch));
+    let (mut floor_wall, mut floor_cpu) = (Vec::new(), Vec::new());
     // Up to `runs` timed runs while the budget lasts (at least one).
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     let mut spent = 0.0;
@@ -548,14 +577,39 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
             cpu.push(c / steps as f64);
         }
         spent += tm.cpu.unwrap_or(tm.wall);
+        if let Some(fl) = floor.as_mut() {
+            let (c0, t0) = (process_cpu_s(), Instant::now());
+            for _ in 0..steps {
+                fl.step();
+            }
+            floor_wall.push(t0.elapsed().as_secs_f64() / steps as f64);
+            if let (Some(c0), Some(c1)) = (c0, process_cpu_s()) {
+                floor_cpu.push((c1 - c0) / steps as f64);
+            }
+        }
     }
     let runs = wall.len();
+    let floor = floor.map(|fl| {
+        // VmHWM now counts the floor's buffers (all touched) on top of the
+        // learner's own peak during the timed runs.
+        let own = peak_rss_mb().map(|end| end - fl.bytes() as f64 / (1 << 20) as f64);
+        let rss = match (rss_before_floor, own) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        (
+            median(&mut floor_wall) * 1e3,
+            (floor_cpu.len() == runs).then(|| median(&mut floor_cpu) * 1e3),
+            rss,
+        )
+    });
     if cfg.profile {
         print_profile(&mut learner, cfg, steps)?;
     }
     Ok(Measured {
         ms_per_step: median(&mut wall) * 1e3,
         cpu_ms_per_step: (cpu.len() == runs).then(|| median(&mut cpu) * 1e3),
+        floor,
         runs,
         compile_ms,
         first_call_ms: first.wall * 1e3,
@@ -637,8 +691,12 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
-    let rss = peak_rss_mb().map_or(serde_json::Value::Null, |r| round(r, 1).into());
-    Ok(serde_json::json!({
+    let rss = match m.floor {
+        Some((_, _, rss)) => rss,
+        None => peak_rss_mb(),
+    };
+    let rss = rss.map_or(serde_json::Value::Null, |r| round(r, 1).into());
+    let mut v = serde_json::json!({
         "impl": "braintrace-rs",
         "model": cfg.model,
         "algo": cfg.algo,
@@ -657,7 +715,14 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "chunk": cfg.chunk,
         "fast_paths": cfg.algo == "d_rtrl" && !cfg.generic,
         "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()),
-    }))
+    });
+    if let Some((wall, cpu, _)) = m.floor {
+        let vs = cpu.zip(m.cpu_ms_per_step).map(|(f, c)| round(c / f, 3));
+        v["floor_ms_per_step"] = round(wall, 4).into();
+        v["floor_cpu_ms_per_step"] = cpu.map(|c| round(c, 4)).into();
+        v["vs_floor"] = vs.into();
+    }
+    Ok(v)
 }
 
 fn round(v: f64, digits: i32) -> f64 {
@@ -691,6 +756,9 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
     ];
     if cfg.generic {
         v.push("--generic".into());
+    }
+    if cfg.floor {
+        v.push("--floor".into());
     }
     if !braintrace::graph::planned_execution() {
         v.push("--no-plan".into());

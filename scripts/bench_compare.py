@@ -16,6 +16,11 @@ columns show the floor of each configuration on this machine and ours over
 it: for D-RTRL the trace-bandwidth floor (``"bench": "floor"``: the two GRU
 relations' traces, the same bytes as the LIF relation's two states), for
 pp_prop the model's matrix products alone (``"bench": "pp_products_floor"``).
+Where our line carries its own floor (``bench_learn --floor``: the same
+trace loop timed alternately with the learner, in the same process and the
+same minutes), the D-RTRL columns use that one instead (``floor_cpu_ms_per_step``
+and ``vs_floor``), marked ``(alt)``: on a noisy machine a floor timed
+minutes apart can be off by more than the ratio itself.
 
     python3 scripts/bench_compare.py rs.jsonl ref.jsonl
     python3 scripts/bench_compare.py --markdown rs.jsonl ref.jsonl
@@ -119,8 +124,12 @@ def main(argv=None):
             str(o.get("steps_timed", k[6])),
         ])
         if floors is not None:
-            fl = floor_of(floors, k)
-            lines[-1] += [fmt(fl, ".4g"), times(ratio(o.get("cpu_ms_per_step"), fl))]
+            if o.get("vs_floor") is not None:
+                lines[-1] += [fmt(o.get("floor_cpu_ms_per_step"), ".4g") + " (alt)",
+                              times(o["vs_floor"])]
+            else:
+                fl = floor_of(floors, k)
+                lines[-1] += [fmt(fl, ".4g"), times(ratio(o.get("cpu_ms_per_step"), fl))]
     print(f"ours = {name_o}, ref = {name_r}; speed-up = ref / ours "
           "(above 1: ours is faster)", file=sys.stderr)
     if a.markdown:

@@ -32,7 +32,11 @@ fi
 THREADS="${THREADS:-1}"
 PIN=()
 REF_CORES=(--cpu "${CPU}")
+FLOOR=()
 if [[ "${THREADS}" == 1 ]]; then
+    # D-RTRL's bandwidth floor, timed alternately with our learner in its
+    # process (single-threaded, so only with one thread).
+    FLOOR=(--floor)
     if command -v taskset >/dev/null 2>&1; then
         PIN=(taskset -c "${CPU}")
     fi
@@ -58,7 +62,7 @@ for model in ${MODELS}; do
             for b in ${BATCHES}; do
                 args=(--model "${model}" --algo "${algo}" --n-rec "${n}" --batch "${b}" --T "${T}")
                 echo "== ${args[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-                "${PIN[@]}" "${RS}" "${args[@]}" --threads "${THREADS}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
+                "${PIN[@]}" "${RS}" "${args[@]}" --threads "${THREADS}" "${FLOOR[@]}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
                     echo "braintrace-rs failed: ${args[*]}" >&2
                 "${PY}" scripts/bench_ref/bench_learn_ref.py "${REF_CORES[@]}" "${args[@]}" \
                     >>"${OUT}/ref.jsonl" 2>/dev/null ||
@@ -68,7 +72,8 @@ for model in ${MODELS}; do
     done
 done
 # The floors of each size on this machine (examples/bench_floor.rs), in the
-# same run: D-RTRL's trace bandwidth, pp_prop's matrix products.
+# same run: D-RTRL's trace bandwidth (best of 8 single steps; the table
+# prefers the alternated one of `--floor`), pp_prop's matrix products.
 for n in ${NRECS}; do
     for b in ${BATCHES}; do
         "${PIN[@]}" target/release/examples/bench_floor "${n}" "${b}" >>"${OUT}/floor.jsonl" 2>/dev/null ||
