@@ -16,6 +16,8 @@
 //! LIF: 1), which the learner runs as one `[I, 256]·[256, O]` product per
 //! 256 rows of steps × batch. The readout's products (output size 4) are
 //! left out. A pp_prop step costs at least this, whatever runs around it.
+//! (`examples/floor`; `bench_learn --floor` times it alternately with a
+//! pp_prop learner.)
 //!
 //! ```sh
 //! cargo run --release --example bench_floor             # hidden 512, batch 64
@@ -26,11 +28,7 @@
 
 mod floor;
 
-use braintrace::kernels::sgemm;
-use floor::TraceFloor;
-use ndarray::linalg::general_mat_mul;
-use ndarray::Array2;
-use std::hint::black_box;
+use floor::{ProductsFloor, TraceFloor};
 use std::time::Instant;
 
 const N_IN: usize = 16;
@@ -87,38 +85,14 @@ fn products_floor(n_rec: usize, batch: usize) {
         // One thread, as bench_learn's default; before the first product.
         std::env::set_var("MATMUL_NUM_THREADS", "1");
     }
-    const CHUNK_ROWS: usize = 256;
-    let (b, i, o) = (batch, N_IN + n_rec, n_rec);
-    let x = Array2::from_elem((b, i), 0.3f32);
-    let w = Array2::from_elem((i, o), 0.01f32);
-    let mut y = Array2::zeros((b, o));
-    let reps = (2_000_000 / (b * i * o)).max(3);
-    // The learner's forward product: with few rows, its own kernel on the
-    // weight's panels, packed once per call (as the planned executor keeps
-    // them); otherwise matrixmultiply.
-    let forward = if sgemm::applies(&x.view(), o) {
-        let panels = sgemm::PackedB::new(&w.view());
-        let out = y.as_slice_mut().expect("row-major");
-        best_of(reps, || {
-            sgemm::gemm(&x.view(), &panels, out);
-            black_box(&out);
-        })
-    } else {
-        best_of(reps, || {
-            general_mat_mul(1.0, &x, &w, 0.0, &mut y);
-            black_box(&y);
-        })
-    };
-    let xbar = Array2::from_elem((CHUNK_ROWS, i), 0.2f32);
-    let g = Array2::from_elem((CHUNK_ROWS, o), 0.01f32);
-    let mut grad = Array2::zeros((i, o));
-    let chunk = best_of((reps * b / CHUNK_ROWS).max(2), || {
-        general_mat_mul(1.0, &xbar.t(), &g, 1.0, &mut grad);
-        black_box(&grad);
+    let mut floor = ProductsFloor::new(N_IN, n_rec, batch, 1, 1);
+    let reps = (2_000_000 / (batch * (N_IN + n_rec) * n_rec)).max(3);
+    let forward = best_of(reps, || floor.forward(0));
+    let chunk = best_of((reps / floor.steps_per_chunk()).max(2), || {
+        floor.gradient_chunk()
     });
-    // Steps per chunk: CHUNK_ROWS / batch (rows are steps × batch).
-    let gradient = chunk * b as f64 / CHUNK_ROWS as f64;
-    let flop = 2.0 * (b * i * o) as f64;
+    let gradient = chunk / floor.steps_per_chunk() as f64;
+    let flop = floor.flop_per_step() / 2.0;
     for (model, n_fwd, n_grad) in [("gru", 3.0, 2.0), ("lif", 1.0, 1.0)] {
         let t = n_fwd * forward + n_grad * gradient;
         let mflop = (n_fwd + n_grad) * flop / 1e6;

@@ -31,9 +31,10 @@
 //! carries over), so that memory is not dominated by the input sequence
 //! when checking that it is flat in T. `--generic` turns D-RTRL's fused
 //! trace kernels off (`DRtrl::fast_paths(false)`), to compare with the
-//! registered-rule path. `--floor` (GRU and LIF D-RTRL) runs the trace-
-//! bandwidth floor loop of `examples/floor` for as many steps after each
-//! timed run and adds `floor_ms_per_step`, `floor_cpu_ms_per_step` and
+//! registered-rule path. `--floor` (GRU and LIF) runs the configuration's
+//! floor of `examples/floor` (D-RTRL: the trace-bandwidth loop; pp_prop:
+//! the model's matrix products alone) for as many steps after each timed
+//! run and adds `floor`, `floor_ms_per_step`, `floor_cpu_ms_per_step` and
 //! `vs_floor` (ours over the floor, CPU time, medians) to the line: a ratio
 //! measured in the same minutes. `peak_rss_mb` then leaves the floor's
 //! buffers out.
@@ -74,7 +75,7 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::Instant;
 
-use floor::TraceFloor;
+use floor::{ProductsFloor, TraceFloor};
 
 const N_IN: usize = 16;
 const N_OUT: usize = 4;
@@ -294,10 +295,11 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
   --threads N: threads for the fused trace kernels and the matrix
                products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
                default 1, to compare with a reference pinned to one core);
-  --floor: for gru and lif D-RTRL, also time the trace-bandwidth floor loop
-           (examples/floor) for as many steps after each timed run, and
-           report it (floor_ms_per_step, floor_cpu_ms_per_step) and ours
-           over it (vs_floor, CPU times): one ratio from the same minutes;
+  --floor: for gru and lif, also time the floor (examples/floor: D-RTRL's
+           trace-bandwidth loop, pp_prop's matrix products) for as many
+           steps after each timed run, and report it (floor,
+           floor_ms_per_step, floor_cpu_ms_per_step) and ours over it
+           (vs_floor, CPU times): one ratio from the same minutes;
   BENCH_QUICK=1: smoke grid (hidden 32, batch 4, T 5).";
 
 fn list<T: std::str::FromStr>(flag: &str, v: &str) -> std::result::Result<Vec<T>, String> {
@@ -453,12 +455,66 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// The floor of a configuration (`--floor`): which one, its wall and CPU
+/// ms per step, and the learner's own peak RSS, without the floor's buffers.
+struct MeasuredFloor {
+    kind: &'static str,
+    ms_per_step: f64,
+    cpu_ms_per_step: Option<f64>,
+    rss: Option<f64>,
+}
+
+/// The floor `--floor` times beside a configuration's learner.
+enum Floor {
+    Trace(TraceFloor),
+    Products(ProductsFloor),
+}
+
+impl Floor {
+    /// D-RTRL's trace bandwidth or pp_prop's products, for the bench nets
+    /// (`gru`: 3 dense weights and 2 relations, `lif`: 1 and 1); none for
+    /// the other models.
+    fn of(cfg: &Config) -> Option<Floor> {
+        let (n_fwd, n_grad) = match cfg.model.as_str() {
+            "gru" => (3, 2),
+            "lif" => (1, 1),
+            _ => return None,
+        };
+        Some(if cfg.algo == "d_rtrl" {
+            Floor::Trace(TraceFloor::new(N_IN, cfg.n_rec, cfg.batch))
+        } else {
+            Floor::Products(ProductsFloor::new(
+                N_IN, cfg.n_rec, cfg.batch, n_fwd, n_grad,
+            ))
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Floor::Trace(_) => "trace_bandwidth",
+            Floor::Products(_) => "pp_products",
+        }
+    }
+
+    fn step(&mut self) {
+        match self {
+            Floor::Trace(f) => f.step(),
+            Floor::Products(f) => f.step(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Floor::Trace(f) => f.bytes(),
+            Floor::Products(f) => f.bytes(),
+        }
+    }
+}
+
 struct Measured {
     ms_per_step: f64,
     cpu_ms_per_step: Option<f64>,
-    /// The floor loop's wall and CPU ms per step (`--floor`), and the
-    /// learner's own peak RSS, without the floor's buffers.
-    floor: Option<(f64, Option<f64>, Option<f64>)>,
+    floor: Option<MeasuredFloor>,
     compile_ms: f64,
     first_call_ms: f64,
     steps_timed: usize,
@@ -561,10 +617,8 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     }
     // The floor's buffers come after the learner's peak so far (compile and
     // a first call) is recorded.
-    let with_floor =
-        cfg.floor && cfg.algo == "d_rtrl" && matches!(cfg.model.as_str(), "gru" | "lif");
     let rss_before_floor = peak_rss_mb();
-    let mut floor = with_floor.then(|| TraceFloor::new(N_IN, cfg.n_rec, cfg.batch));
+    let mut floor = cfg.floor.then(|| Floor::of(cfg)).flatten();
     let (mut floor_wall, mut floor_cpu) = (Vec::new(), Vec::new());
     // Up to `runs` timed runs while the budget lasts (at least one).
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
@@ -593,15 +647,17 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
         // VmHWM now counts the floor's buffers (all touched) on top of the
         // learner's own peak during the timed runs.
         let own = peak_rss_mb().map(|end| end - fl.bytes() as f64 / (1 << 20) as f64);
+        let kind = fl.kind();
         let rss = match (rss_before_floor, own) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        (
-            median(&mut floor_wall) * 1e3,
-            (floor_cpu.len() == runs).then(|| median(&mut floor_cpu) * 1e3),
+        MeasuredFloor {
+            kind,
+            ms_per_step: median(&mut floor_wall) * 1e3,
+            cpu_ms_per_step: (floor_cpu.len() == runs).then(|| median(&mut floor_cpu) * 1e3),
             rss,
-        )
+        }
     });
     if cfg.profile {
         print_profile(&mut learner, cfg, steps)?;
@@ -691,8 +747,8 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
-    let rss = match m.floor {
-        Some((_, _, rss)) => rss,
+    let rss = match &m.floor {
+        Some(f) => f.rss,
         None => peak_rss_mb(),
     };
     let rss = rss.map_or(serde_json::Value::Null, |r| round(r, 1).into());
@@ -716,10 +772,14 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "fast_paths": cfg.algo == "d_rtrl" && !cfg.generic,
         "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()),
     });
-    if let Some((wall, cpu, _)) = m.floor {
-        let vs = cpu.zip(m.cpu_ms_per_step).map(|(f, c)| round(c / f, 3));
-        v["floor_ms_per_step"] = round(wall, 4).into();
-        v["floor_cpu_ms_per_step"] = cpu.map(|c| round(c, 4)).into();
+    if let Some(f) = m.floor {
+        let vs = f
+            .cpu_ms_per_step
+            .zip(m.cpu_ms_per_step)
+            .map(|(f, c)| round(c / f, 3));
+        v["floor"] = f.kind.into();
+        v["floor_ms_per_step"] = round(f.ms_per_step, 4).into();
+        v["floor_cpu_ms_per_step"] = f.cpu_ms_per_step.map(|c| round(c, 4)).into();
         v["vs_floor"] = vs.into();
     }
     Ok(v)

@@ -17,10 +17,11 @@ it: for D-RTRL the trace-bandwidth floor (``"bench": "floor"``: the two GRU
 relations' traces, the same bytes as the LIF relation's two states), for
 pp_prop the model's matrix products alone (``"bench": "pp_products_floor"``).
 Where our line carries its own floor (``bench_learn --floor``: the same
-trace loop timed alternately with the learner, in the same process and the
-same minutes), the D-RTRL columns use that one instead (``floor_cpu_ms_per_step``
-and ``vs_floor``), marked ``(alt)``: on a noisy machine a floor timed
-minutes apart can be off by more than the ratio itself.
+trace loop or products, timed alternately with the learner, in the same
+process and the same minutes), the columns use that one instead
+(``floor_cpu_ms_per_step`` and ``vs_floor``), marked ``(alt)``: on a noisy
+machine a floor timed minutes apart can be off by more than the ratio
+itself.
 
     python3 scripts/bench_compare.py rs.jsonl ref.jsonl
     python3 scripts/bench_compare.py --markdown rs.jsonl ref.jsonl

@@ -1,13 +1,21 @@
-//! The D-RTRL bandwidth floor, shared by `bench_floor` and `bench_learn
-//! --floor`: one plain single-threaded loop over the f32 weight traces of
-//! two `[I, O]` relations (`ε = ε·D + x⊗Df; ∇ += g·ε`, `I = n_in + n_rec`,
+//! The floors of a learning step, shared by `bench_floor` and `bench_learn
+//! --floor`.
+//!
+//! [`TraceFloor`], D-RTRL's bandwidth floor: one plain single-threaded loop
+//! over the f32 weight traces of two `[I, O]` relations (`ε = ε·D + x⊗Df; ∇ += g·ε`, `I = n_in + n_rec`,
 //! `O = n_rec`), with nothing else of a learner. It is the trace traffic of
 //! both bench networks' D-RTRL: the GRU's two relations, or the LIF's one
 //! relation with two states (whose readout relation, 4 outputs, is left
 //! out). Each trace element is read and written once per step.
+//!
+//! [`ProductsFloor`], pp_prop's: the model's matrix products alone.
 
 // Each example uses part of this module.
 #![allow(dead_code)]
+
+use braintrace::kernels::sgemm;
+use ndarray::linalg::general_mat_mul;
+use ndarray::Array2;
 
 /// The buffers of the loop, allocated once; [`TraceFloor::step`] runs one
 /// step over them.
@@ -76,5 +84,112 @@ impl TraceFloor {
             }
         }
         std::hint::black_box(&self.grads);
+    }
+}
+
+/// Rows (steps × batch) of one pp_prop weight-gradient chunk product, as
+/// the learner gathers them.
+pub const CHUNK_ROWS: usize = 256;
+
+/// The pp_prop products floor: the products a pp_prop step cannot avoid,
+/// with the learner's own matrix products (one thread): the forward product
+/// `[B, I]·[I, O]` of each of `n_fwd` dense weights (`kernels::sgemm` on
+/// the weight's panels, packed once, for up to 128 rows, as the planned
+/// executor runs it; matrixmultiply otherwise), and the weight gradient
+/// `x̄ᵀ g` of each of `n_grad` relations, one `[I, rows]·[rows, O]` product
+/// per chunk of about [`CHUNK_ROWS`] rows of steps × batch. The bench nets:
+/// GRU 3 and 2 (as `explain()` counts its relations), LIF 1 and 1; the
+/// readout's products (output size 4) are left out.
+pub struct ProductsFloor {
+    batch: usize,
+    n_grad: usize,
+    x: Array2<f32>,
+    weights: Vec<(Array2<f32>, Option<sgemm::PackedB>)>,
+    y: Array2<f32>,
+    xbar: Array2<f32>,
+    g: Array2<f32>,
+    grads: Vec<Array2<f32>>,
+    /// Chunk rows (a multiple of the batch) and the rows gathered so far.
+    cap: usize,
+    rows: usize,
+}
+
+impl ProductsFloor {
+    pub fn new(n_in: usize, n_rec: usize, batch: usize, n_fwd: usize, n_grad: usize) -> Self {
+        let (b, i, o) = (batch, n_in + n_rec, n_rec);
+        let x = Array2::from_elem((b, i), 0.3f32);
+        let fits = sgemm::applies(&x.view(), o);
+        let weights = (0..n_fwd)
+            .map(|k| {
+                let w = Array2::from_elem((i, o), 0.01 * (k + 1) as f32);
+                let panels = fits.then(|| sgemm::PackedB::new(&w.view()));
+                (w, panels)
+            })
+            .collect();
+        let cap = b * (CHUNK_ROWS / b.max(1)).max(1);
+        ProductsFloor {
+            batch,
+            n_grad,
+            x,
+            weights,
+            y: Array2::zeros((b, o)),
+            xbar: Array2::from_elem((cap, i), 0.2f32),
+            g: Array2::from_elem((cap, o), 0.01f32),
+            grads: (0..n_grad).map(|_| Array2::zeros((i, o))).collect(),
+            cap,
+            rows: 0,
+        }
+    }
+
+    /// Multiply-adds × 2 of one step (forward products and the step's
+    /// share of the gradient products).
+    pub fn flop_per_step(&self) -> f64 {
+        let (b, i) = self.x.dim();
+        let o = self.y.dim().1;
+        2.0 * ((self.weights.len() + self.n_grad) * b * i * o) as f64
+    }
+
+    /// Bytes the products hold.
+    pub fn bytes(&self) -> usize {
+        let mut n = self.x.len() + self.y.len() + self.xbar.len() + self.g.len();
+        n += self.grads.iter().map(|g| g.len()).sum::<usize>();
+        n += self.weights.iter().map(|(w, _)| 2 * w.len()).sum::<usize>();
+        n * 4
+    }
+
+    /// Steps per gradient chunk.
+    pub fn steps_per_chunk(&self) -> usize {
+        self.cap / self.batch.max(1)
+    }
+
+    /// The forward product of weight `k`.
+    pub fn forward(&mut self, k: usize) {
+        let (w, panels) = &self.weights[k];
+        match panels {
+            Some(p) => sgemm::gemm(&self.x.view(), p, self.y.as_slice_mut().expect("row-major")),
+            None => general_mat_mul(1.0, &self.x, w, 0.0, &mut self.y),
+        }
+        std::hint::black_box(&self.y);
+    }
+
+    /// The chunk's gradient products, one per relation.
+    pub fn gradient_chunk(&mut self) {
+        for grad in &mut self.grads {
+            general_mat_mul(1.0, &self.xbar.t(), &self.g, 1.0, grad);
+        }
+        std::hint::black_box(&self.grads);
+    }
+
+    /// One step: every forward product, and a chunk's gradient products
+    /// every [`ProductsFloor::steps_per_chunk`] steps.
+    pub fn step(&mut self) {
+        for k in 0..self.weights.len() {
+            self.forward(k);
+        }
+        self.rows += self.batch;
+        if self.rows >= self.cap {
+            self.gradient_chunk();
+            self.rows = 0;
+        }
     }
 }

@@ -34,8 +34,9 @@ PIN=()
 REF_CORES=(--cpu "${CPU}")
 FLOOR=()
 if [[ "${THREADS}" == 1 ]]; then
-    # D-RTRL's bandwidth floor, timed alternately with our learner in its
-    # process (single-threaded, so only with one thread).
+    # The floors (D-RTRL's trace bandwidth, pp_prop's products), timed
+    # alternately with our learner in its process (single-threaded, so
+    # only with one thread).
     FLOOR=(--floor)
     if command -v taskset >/dev/null 2>&1; then
         PIN=(taskset -c "${CPU}")
@@ -72,8 +73,8 @@ for model in ${MODELS}; do
     done
 done
 # The floors of each size on this machine (examples/bench_floor.rs), in the
-# same run: D-RTRL's trace bandwidth (best of 8 single steps; the table
-# prefers the alternated one of `--floor`), pp_prop's matrix products.
+# same run: D-RTRL's trace bandwidth, pp_prop's matrix products (best
+# times; the table prefers the alternated ones of `--floor`).
 for n in ${NRECS}; do
     for b in ${BATCHES}; do
         "${PIN[@]}" target/release/examples/bench_floor "${n}" "${b}" >>"${OUT}/floor.jsonl" 2>/dev/null ||
