@@ -229,11 +229,19 @@ mod x86 {
                 hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
             }
         }
-        let mut row = [0f32; NR];
         for r in 0..R {
-            _mm256_storeu_ps(row.as_mut_ptr(), lo[r]);
-            _mm256_storeu_ps(row.as_mut_ptr().add(8), hi[r]);
-            out[r * ldc..r * ldc + w].copy_from_slice(&row[..w]);
+            let dst = &mut out[r * ldc..r * ldc + w];
+            if w == NR {
+                // A full panel straight from the registers (a copy of a
+                // runtime length was a call to `memmove` per row).
+                _mm256_storeu_ps(dst.as_mut_ptr(), lo[r]);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(8), hi[r]);
+            } else {
+                let mut row = [0f32; NR];
+                _mm256_storeu_ps(row.as_mut_ptr(), lo[r]);
+                _mm256_storeu_ps(row.as_mut_ptr().add(8), hi[r]);
+                dst.copy_from_slice(&row[..w]);
+            }
         }
     }
 }
