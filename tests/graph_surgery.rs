@@ -440,6 +440,48 @@ fn cse_does_not_merge_different_params() {
     assert_tensor("no merge", &out[0], &[2], &[5.0, 10.0]);
 }
 
+#[test]
+fn identities_with_constant_zeros_and_ones_are_dropped_and_let_cse_merge() {
+    // A forward value and its copy through a zero perturbation (as a VJP
+    // with respect to a perturbation of the hidden state stages it).
+    let g0 = make_graph(
+        |a: &[Tensor]| {
+            let zeros = Tensor::zeros(&[3], DType::F64);
+            let ones = Tensor::from_vec(vec![1.0; 3], &[3])?;
+            let y = a[0].tanh()?;
+            let copy = a[0].add(&zeros)?.mul(&ones)?.tanh()?;
+            let also = zeros.add(&a[0])?.sub(&zeros)?.div(&ones)?;
+            let more = ones.mul(&a[0])?;
+            // Not identities: another constant, and a broadcast (the result
+            // has the constant's shape, not x's).
+            let twos = Tensor::from_vec(vec![2.0; 3], &[3])?;
+            let kept = a[0].mul(&twos)?;
+            let wide = a[1].add(&Tensor::zeros(&[2, 3], DType::F64))?;
+            Ok(vec![y.add(&copy)?, also, more, kept, wide])
+        },
+        &[f64_aval(&[3]), f64_aval(&[3])],
+    )
+    .unwrap();
+    let mut g = g0.clone();
+    assert_eq!(g.simplify_identities(), 6, "{g}");
+    assert_eq!(g.cse(), 1, "the two tanh merge:\n{g}");
+    g.dce();
+    g.validate().unwrap();
+    assert_eq!(
+        g.primitive_names(),
+        vec!["tanh", "mul", "add", "add"],
+        "{g}"
+    );
+    let args = [t(vec![0.3, -0.0, 2.0], &[3]), t(vec![1.0, 2.0, 3.0], &[3])];
+    let (a, b) = (g.eval(&args).unwrap(), g0.eval(&args).unwrap());
+    for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(x.shape(), y.shape(), "output {k}");
+        assert_allclose("identity value", &v(x), &v(y), 0.0, 0.0);
+    }
+    // `-0.0 + 0.0` was `+0.0`; without the equation it stays `-0.0`.
+    assert!(v(&a[1])[1].is_sign_negative() && !v(&b[1])[1].is_sign_negative());
+}
+
 // ------------------------------------------------------------------ validation and the builder
 
 #[test]

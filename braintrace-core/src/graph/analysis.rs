@@ -313,6 +313,72 @@ impl Graph {
         Ok(w)
     }
 
+    /// Drop the equations that add a captured constant of zeros to a value
+    /// of the result's shape (`x + 0`, `0 + x`, `x - 0`) or multiply one
+    /// by ones (`x * 1`, `1 * x`, `x / 1`): their results are replaced by
+    /// `x`. Staged learning steps get them from tangent seeds and from the
+    /// zero perturbations of a hidden state, and they keep [`Graph::cse`]
+    /// from seeing that such a perturbed copy of the forward pass is the
+    /// forward pass. Exact, except that `-0.0 + 0.0` was `+0.0` and is now
+    /// `-0.0` (as XLA's algebraic simplifier also does). Returns how many
+    /// equations were removed.
+    pub fn simplify_identities(&mut self) -> usize {
+        use crate::ops::elementwise::Binary;
+        use crate::ops::BinaryOp;
+        // Captured float constants with one value throughout.
+        let mut uniform: HashMap<VarId, f64> = HashMap::new();
+        for (&v, c) in self.constvars.iter().zip(&self.consts) {
+            if c.is_symbolic() || !c.dtype().is_float() {
+                continue;
+            }
+            if let Ok(vals) = c.to_vec_f64() {
+                if let Some(&first) = vals.first() {
+                    if vals.iter().all(|&x| x == first) {
+                        uniform.insert(v, first);
+                    }
+                }
+            }
+        }
+        if uniform.is_empty() {
+            return 0;
+        }
+        let mut rename: Vec<VarId> = (0..self.avals.len()).collect();
+        let before = self.eqns.len();
+        let mut kept = Vec::with_capacity(before);
+        for mut e in std::mem::take(&mut self.eqns) {
+            for x in &mut e.inputs {
+                *x = rename[*x];
+            }
+            let op = e.prim.as_any().downcast_ref::<Binary>().map(|b| b.0);
+            let is = |v: VarId, val: f64| uniform.get(&v) == Some(&val);
+            let same = match (op, e.inputs.as_slice(), e.outputs.as_slice()) {
+                (Some(op), &[a, b], &[out]) => {
+                    let x = match op {
+                        BinaryOp::Add if is(b, 0.0) => Some(a),
+                        BinaryOp::Add if is(a, 0.0) => Some(b),
+                        BinaryOp::Sub if is(b, 0.0) => Some(a),
+                        BinaryOp::Mul if is(b, 1.0) => Some(a),
+                        BinaryOp::Mul if is(a, 1.0) => Some(b),
+                        BinaryOp::Div if is(b, 1.0) => Some(a),
+                        _ => None,
+                    };
+                    x.filter(|&x| self.avals[x] == self.avals[out])
+                        .map(|x| (out, x))
+                }
+                _ => None,
+            };
+            match same {
+                Some((out, x)) => rename[out] = x,
+                None => kept.push(e),
+            }
+        }
+        self.eqns = kept;
+        for x in &mut self.outvars {
+            *x = rename[*x];
+        }
+        before - self.eqns.len()
+    }
+
     /// Common-subexpression elimination: an equation whose primitive has
     /// the same [`Primitive::cse_key`] and the same operands as an earlier
     /// one is dropped and its results replaced by the earlier one's.

@@ -84,8 +84,10 @@ where
             None => {
                 let mut g = make_graph(&self.f, &key)?.lower()?;
                 // Staged programs often compute a value twice (a forward
-                // pass and the primal of a JVP of it): keep one.
-                if g.cse() > 0 {
+                // pass and the primal of a JVP of it, or of a VJP with
+                // respect to a zero perturbation): keep one.
+                let simplified = g.simplify_identities();
+                if g.cse() + simplified > 0 {
                     g.dce();
                 }
                 let g = Arc::new(g);
