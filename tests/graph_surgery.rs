@@ -482,6 +482,47 @@ fn identities_with_constant_zeros_and_ones_are_dropped_and_let_cse_merge() {
     assert!(v(&a[1])[1].is_sign_negative() && !v(&b[1])[1].is_sign_negative());
 }
 
+#[test]
+fn equations_of_constants_alone_are_folded_into_constants() {
+    let g0 = make_graph(
+        |a: &[Tensor]| {
+            let seed = Tensor::from_vec(vec![3.0], &[])?;
+            // Constants alone: folded (a scalar, then broadcast to 6).
+            let c = seed
+                .div_scalar(8.0)?
+                .broadcast_to(&[2, 3])?
+                .mul_scalar(2.0)?;
+            // A broadcast past FOLD_MAX_ELEMENTS from a scalar: kept.
+            let big = seed.broadcast_to(&[100, 100])?;
+            Ok(vec![a[0].mul(&c)?, big.sum_all()?])
+        },
+        &[f64_aval(&[2, 3])],
+    )
+    .unwrap();
+    const { assert!(100 * 100 > braintrace::graph::FOLD_MAX_ELEMENTS) };
+    let mut g = g0.clone();
+    assert_eq!(g.fold_constants(), 3, "{g}");
+    g.dce();
+    g.validate().unwrap();
+    assert_eq!(
+        g.primitive_names(),
+        vec!["broadcast_in_dim", "mul", "reduce_sum"],
+        "{g}"
+    );
+    let args = [t(vec![1.0, -2.0, 0.5, 4.0, 0.0, 3.0], &[2, 3])];
+    let (a, b) = (g.eval(&args).unwrap(), g0.eval(&args).unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert_allclose("folded value", &v(x), &v(y), 0.0, 0.0);
+    }
+    assert_allclose(
+        "by hand",
+        &v(&a[0]),
+        &[0.75, -1.5, 0.375, 3.0, 0.0, 2.25],
+        0.0,
+        0.0,
+    );
+}
+
 // ------------------------------------------------------------------ validation and the builder
 
 #[test]

@@ -15,6 +15,10 @@ use crate::tensor::{Aval, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The most elements [`Graph::fold_constants`] captures for an equation
+/// whose results are larger than its operands (a broadcast).
+pub const FOLD_MAX_ELEMENTS: usize = 4096;
+
 /// What [`Graph::reachable`] found: the variables a value flows into and the
 /// equations that read one of them, both in ascending order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -311,6 +315,58 @@ impl Graph {
             },
         );
         Ok(w)
+    }
+
+    /// Evaluate once the equations whose operands are all captured
+    /// (concrete) constants, and capture their results as constants: a
+    /// staged step's loss seed `1 / n`, broadcast and scaled, is then not
+    /// recomputed on every call. Only equations CSE could identify
+    /// ([`Primitive::cse_key`]: no effects, no randomness) are folded, and
+    /// only while their results hold no more elements than their operands,
+    /// or at most [`FOLD_MAX_ELEMENTS`] (a constant is read from memory on
+    /// every call). Returns how many equations were folded.
+    pub fn fold_constants(&mut self) -> usize {
+        let mut value: HashMap<VarId, Tensor> = self
+            .constvars
+            .iter()
+            .zip(&self.consts)
+            .filter(|(_, c)| !c.is_symbolic())
+            .map(|(&v, c)| (v, c.clone()))
+            .collect();
+        let before = self.eqns.len();
+        let mut kept = Vec::with_capacity(before);
+        for e in std::mem::take(&mut self.eqns) {
+            let size = |vs: &[VarId]| vs.iter().map(|&v| self.avals[v].size()).sum::<usize>();
+            let foldable = !e.inputs.is_empty()
+                && e.inputs.iter().all(|v| value.contains_key(v))
+                && e.prim.cse_key().is_some()
+                && size(&e.outputs) <= size(&e.inputs).max(FOLD_MAX_ELEMENTS);
+            let outs = foldable
+                .then(|| {
+                    let ins: Vec<Tensor> = e.inputs.iter().map(|v| value[v].clone()).collect();
+                    e.prim.eval(&ins).ok()
+                })
+                .flatten()
+                .filter(|outs| {
+                    outs.len() == e.outputs.len()
+                        && outs
+                            .iter()
+                            .zip(&e.outputs)
+                            .all(|(t, &o)| !t.is_symbolic() && t.aval() == self.avals[o])
+                });
+            match outs {
+                Some(outs) => {
+                    for (t, &o) in outs.into_iter().zip(&e.outputs) {
+                        value.insert(o, t.clone());
+                        self.constvars.push(o);
+                        self.consts.push(t);
+                    }
+                }
+                None => kept.push(e),
+            }
+        }
+        self.eqns = kept;
+        before - self.eqns.len()
     }
 
     /// Drop the equations that add a captured constant of zeros to a value

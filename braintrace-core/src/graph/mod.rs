@@ -14,7 +14,7 @@ mod plan;
 mod primitive;
 pub mod profile;
 
-pub use analysis::{Reachable, Slice};
+pub use analysis::{Reachable, Slice, FOLD_MAX_ELEMENTS};
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
 pub(crate) use plan::Plan;

@@ -86,7 +86,7 @@ where
                 // Staged programs often compute a value twice (a forward
                 // pass and the primal of a JVP of it, or of a VJP with
                 // respect to a zero perturbation): keep one.
-                let simplified = g.simplify_identities();
+                let simplified = g.fold_constants() + g.simplify_identities();
                 if g.cse() + simplified > 0 {
                     g.dce();
                 }
