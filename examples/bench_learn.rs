@@ -251,7 +251,8 @@ struct Config {
     profile: bool,
     /// Print the learner's `explain()` after compiling.
     explain: bool,
-    /// Time the D-RTRL bandwidth floor alternately with the learner.
+    /// Time the configuration's floor (`examples/floor`) alternately with
+    /// the learner.
     floor: bool,
 }
 
