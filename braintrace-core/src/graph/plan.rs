@@ -122,10 +122,11 @@ enum Step {
 enum Kernel {
     /// By its primitive's `eval` (a fresh result).
     Eval,
-    /// A 2-D `f32`/`f64` matrix product into a recycled buffer;
-    /// `keep_panels` when its right operand is a program input or constant
-    /// (the [`sgemm`] panels of a weight are kept from call to call).
-    Matmul { keep_panels: bool },
+    /// A 2-D `f32`/`f64` matrix product into a recycled buffer; `panels`,
+    /// when its right operand is a program input or constant, is the slot
+    /// of [`Pool::panels`] where the [`sgemm`] panels of that operand (a
+    /// weight) are kept from call to call.
+    Matmul { panels: Option<usize> },
     /// An `f32`/`f64` reshape: the operand's own buffer when it is moved
     /// in, unique and row-major; else a copy into a recycled buffer.
     Reshape,
@@ -190,12 +191,12 @@ struct Pool {
     /// Per buffer class, the most dead buffers kept: how many values of
     /// the class one call writes.
     caps: Vec<usize>,
-    /// Per `f32` product (by its output variable) whose right operand is
-    /// a program input or constant: that operand as last seen (held, so
+    /// Per product whose right operand is a program input or constant
+    /// (its [`Kernel::Matmul`] slot): that operand as last seen (held, so
     /// that an in-place change copies it first and the identity check is
     /// sound) and its packed panels, reused while the caller passes the
     /// same tensor (a weight, step after step).
-    packed: std::collections::HashMap<VarId, (Tensor, sgemm::PackedB)>,
+    panels: Vec<Option<(Tensor, sgemm::PackedB)>>,
     /// How many times a right operand was packed (tests).
     #[cfg(test)]
     packs: usize,
@@ -273,6 +274,7 @@ impl Plan {
         }
         let groups = form_groups(&g);
         let mut steps = Vec::new();
+        let mut panel_slots = 0;
         let mut emitted = vec![false; groups.members.len()];
         for (i, e) in g.eqns.iter().enumerate() {
             match groups.of_eqn[i] {
@@ -284,7 +286,7 @@ impl Plan {
                 None => steps.push(Step::Eqn {
                     eqn: i,
                     inputs: e.inputs.iter().map(|&v| (v, false)).collect(),
-                    kernel: kernel_of(&g, i),
+                    kernel: kernel_of(&g, i, &mut panel_slots),
                     label: (
                         e.prim.name(),
                         format!(
@@ -354,6 +356,7 @@ impl Plan {
             out_moves,
             pool: Mutex::new(Pool {
                 caps: caps.clone(),
+                panels: (0..panel_slots).map(|_| None).collect(),
                 ..Pool::default()
             }),
             caps,
@@ -463,13 +466,13 @@ impl Plan {
                 } => {
                     let e = &g.eqns[*eqn];
                     let outs = match kernel {
-                        Kernel::Matmul { keep_panels } => vec![self.matmul(
+                        Kernel::Matmul { panels } => vec![self.matmul(
                             pool,
                             env,
                             e.prim.as_ref(),
                             inputs,
                             e.outputs[0],
-                            *keep_panels,
+                            *panels,
                         )?],
                         Kernel::Transpose => {
                             let p = e.prim.as_ref();
@@ -588,7 +591,7 @@ impl Plan {
         p: &dyn Primitive,
         inputs: &[(VarId, bool)],
         out: VarId,
-        keep_panels: bool,
+        panels: Option<usize>,
     ) -> Result<Tensor> {
         let class = self.class_of[out];
         let arg = |i: usize| {
@@ -607,10 +610,15 @@ impl Plan {
                     (Ok(av), Ok(bv))
                         if av.ncols() == bv.nrows() && sgemm::applies(&av, bv.ncols()) =>
                     {
-                        let bt = env[inputs[1].0]
-                            .as_ref()
-                            .ok_or_else(|| undefined(p, inputs[1].0))?;
-                        let keep = keep_panels.then_some((bt, out));
+                        let keep = match panels {
+                            Some(slot) => Some((
+                                env[inputs[1].0]
+                                    .as_ref()
+                                    .ok_or_else(|| undefined(p, inputs[1].0))?,
+                                slot,
+                            )),
+                            None => None,
+                        };
                         Self::sgemm_into(pool, class, av, bv, keep)
                     }
                     _ => matmul_into(pool, class, a, b)?,
@@ -640,36 +648,39 @@ impl Plan {
 
     /// A few-row `f32` product by [`sgemm`] (as the interpreter's `eval`
     /// runs it: the same bits) into a recycled buffer. `keep`: the right
-    /// operand's tensor and the product's output variable, when the
-    /// operand's panels are kept for the next call.
+    /// operand's tensor and its [`Pool::panels`] slot, when the operand's
+    /// panels are kept for the next call.
     fn sgemm_into(
         pool: &mut Pool,
         class: Option<usize>,
         a: ndarray::ArrayView2<'_, f32>,
         b: ndarray::ArrayView2<'_, f32>,
-        keep: Option<(&Tensor, VarId)>,
+        keep: Option<(&Tensor, usize)>,
     ) -> Tensor {
         let (m, n) = (a.nrows(), b.ncols());
         let mut c = take::<f32>(pool, class, m * n);
-        if let Some((b_t, out)) = keep {
-            let hit = matches!(pool.packed.get(&out), Some((t, _)) if t.ptr_eq(b_t));
-            if !hit {
-                #[cfg(test)]
-                {
-                    pool.packs += 1;
-                }
-                pool.packed
-                    .insert(out, (b_t.clone(), sgemm::PackedB::new(&b)));
-            }
-            let (_, panels) = &pool.packed[&out];
-            sgemm::gemm(&a, panels, &mut c);
-        } else {
-            #[cfg(test)]
-            {
-                pool.packs += 1;
-            }
-            sgemm::gemm(&a, &sgemm::PackedB::new(&b), &mut c);
+        let pack = match keep {
+            Some((b_t, slot)) => !matches!(&pool.panels[slot], Some((t, _)) if t.ptr_eq(b_t)),
+            None => true,
+        };
+        #[cfg(test)]
+        {
+            pool.packs += usize::from(pack);
         }
+        let fresh;
+        let panels = match keep {
+            Some((b_t, slot)) => {
+                if pack {
+                    pool.panels[slot] = Some((b_t.clone(), sgemm::PackedB::new(&b)));
+                }
+                &pool.panels[slot].as_ref().expect("packed above").1
+            }
+            None => {
+                fresh = sgemm::PackedB::new(&b);
+                &fresh
+            }
+        };
+        sgemm::gemm(&a, panels, &mut c);
         let c = Array2::from_shape_vec((m, n), c).expect("m · n elements");
         f32::tensor(c.into_dyn())
     }
@@ -783,7 +794,9 @@ impl LayoutChange for PermuteBy<'_> {
 }
 
 /// How equation `i` is planned (it is not fused).
-fn kernel_of(g: &Graph, i: usize) -> Kernel {
+/// How the plan runs equation `i`; a product whose right operand is a
+/// program input or constant takes the next of `panel_slots`.
+fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
     let e = &g.eqns[i];
     let float = |v: &VarId| matches!(g.avals[*v].dtype(), DType::F32 | DType::F64);
     if e.inputs.len() == 2
@@ -796,9 +809,12 @@ fn kernel_of(g: &Graph, i: usize) -> Kernel {
         && g.avals[e.outputs[0]].size() <= MAX_PLANNED_MATMUL
     {
         let right = e.inputs[1];
-        return Kernel::Matmul {
-            keep_panels: g.invars.contains(&right) || g.constvars.contains(&right),
-        };
+        let kept = g.invars.contains(&right) || g.constvars.contains(&right);
+        let panels = kept.then(|| {
+            *panel_slots += 1;
+            *panel_slots - 1
+        });
+        return Kernel::Matmul { panels };
     }
     if let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() {
         let r = g.avals[e.inputs[0]].ndim();

@@ -185,8 +185,8 @@ impl Layout {
                 .iter()
                 .map(|&v| Tensor::zeros_aval(graph.aval(v)))
                 .chain(self.pp_f.iter().flat_map(|a| {
-                    let (states, per) = a.shape().split_last().expect("(V.., S)");
-                    (0..*states).map(|_| Tensor::zeros(per, a.dtype()))
+                    let (states, per) = pp_split(a);
+                    (0..states).map(move |_| Tensor::zeros(per, a.dtype()))
                 }))
                 .collect(),
         }
@@ -195,7 +195,7 @@ impl Layout {
     /// pp_prop: where pair `pi`'s per-state output traces start in the flat
     /// list, and how many states it has.
     pub(crate) fn pp_states(&self, pi: usize) -> (usize, usize) {
-        let states = |a: &Aval| a.shape().last().copied().unwrap_or(1);
+        let states = |a: &Aval| pp_split(a).0;
         let at = self.x_vars.len() + self.pp_f[..pi].iter().map(states).sum::<usize>();
         (at, states(&self.pp_f[pi]))
     }
@@ -211,6 +211,13 @@ impl Layout {
         }
         Ok(v)
     }
+}
+
+/// A pp_prop output trace's `(V.., S)` aval: its number of states `S` and
+/// the shape `V..` of each state's tensor.
+fn pp_split(a: &Aval) -> (usize, &[usize]) {
+    let (&states, per) = a.shape().split_last().expect("(V.., S)");
+    (states, per)
 }
 
 /// A compiled learner's per-step programs.
