@@ -13,8 +13,8 @@
 //! `kernels::sgemm` on the weight's kept panels, as the planned executor
 //! runs it for up to 128 rows) and the weight
 //! gradient `x̄ᵀ g` of every relation (GRU: 2, as `explain()` counts them;
-//! LIF: 1), which the learner runs as one `[I, 256]·[256, O]` product per
-//! 256 rows of steps × batch. The readout's products (output size 4) are
+//! LIF: 1), which the learner runs as one `[I, K]·[K, O]` product per
+//! `K` rows of steps × batch (`braintrace::learn::pp_chunk_rows`). The readout's products (output size 4) are
 //! left out. A pp_prop step costs at least this, whatever runs around it.
 //! (`examples/floor`; `bench_learn --floor` times it alternately with a
 //! pp_prop learner.)

@@ -111,6 +111,22 @@ fn check<M: Model, F: Fn() -> M>(make: F, batch: usize, n_in: usize, base: PpPro
 }
 
 #[test]
+fn pp_chunk_rows_follow_the_sizes() {
+    use braintrace::learn::pp_chunk_rows;
+    // 2·144·128/272 = 135.5: 135 rows, rounded down to batches of 16.
+    assert_eq!(pp_chunk_rows(144, 128, 16), 128);
+    assert_eq!(pp_chunk_rows(144, 128, 64), 128);
+    // 2·528·512/1040 = 519.9: at most 512.
+    assert_eq!(pp_chunk_rows(528, 512, 16), 512);
+    assert_eq!(pp_chunk_rows(4096, 4096, 1), 512);
+    // Small relations: at least 64 rows (63 in batches of 3).
+    assert_eq!(pp_chunk_rows(8, 5, 3), 63);
+    // At least one step, however large the batch.
+    assert_eq!(pp_chunk_rows(144, 128, 1000), 1000);
+    assert_eq!(pp_chunk_rows(0, 0, 0), 64);
+}
+
+#[test]
 fn pp_dense_accumulation_equals_the_rules() {
     for base in [
         PpProp::new(0.9).unwrap(),

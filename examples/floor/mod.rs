@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 use braintrace::kernels::sgemm;
+use braintrace::learn::pp_chunk_rows;
 use ndarray::linalg::general_mat_mul;
 use ndarray::Array2;
 
@@ -87,17 +88,14 @@ impl TraceFloor {
     }
 }
 
-/// Rows (steps × batch) of one pp_prop weight-gradient chunk product, as
-/// the learner gathers them.
-pub const CHUNK_ROWS: usize = 256;
-
 /// The pp_prop products floor: the products a pp_prop step cannot avoid,
 /// with the learner's own matrix products (one thread): the forward product
 /// `[B, I]·[I, O]` of each of `n_fwd` dense weights (`kernels::sgemm` on
 /// the weight's panels, packed once, for up to 128 rows, as the planned
 /// executor runs it; matrixmultiply otherwise), and the weight gradient
 /// `x̄ᵀ g` of each of `n_grad` relations, one `[I, rows]·[rows, O]` product
-/// per chunk of about [`CHUNK_ROWS`] rows of steps × batch. The bench nets:
+/// per chunk of [`pp_chunk_rows`] rows of steps × batch, as the learner
+/// gathers them. The bench nets:
 /// GRU 3 and 2 (as `explain()` counts its relations), LIF 1 and 1; the
 /// readout's products (output size 4) are left out.
 pub struct ProductsFloor {
@@ -126,7 +124,7 @@ impl ProductsFloor {
                 (w, panels)
             })
             .collect();
-        let cap = b * (CHUNK_ROWS / b.max(1)).max(1);
+        let cap = pp_chunk_rows(i, o, b);
         ProductsFloor {
             batch,
             n_grad,

@@ -34,6 +34,7 @@ pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
 pub use fast::{fused_kernels, FusedKernel, FusedKind};
 pub use learner::{compile, EtraceGrads, Learner};
+pub use pp_fast::pp_chunk_rows;
 pub use state::{
     join_path, step_values, HiddenInfo, Init, Model, ModelState, ParamInfo, StepCtx, TensorDict,
 };

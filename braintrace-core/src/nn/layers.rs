@@ -152,8 +152,10 @@ impl Model for GruCell {
         let r = self.wr.step(ctx, &xh)?.sigmoid()?;
         let xrh = cat_last(x, &r.mul(&h)?)?;
         let hc = self.wh.step(ctx, &xrh)?.tanh()?;
-        // (1 - z) h + z hc
-        let one_minus_z = z.neg()?.add_scalar(1.0)?;
+        // (1 - z) h + z hc. `1 - z` rounds as `-z + 1` does, and is the
+        // form the sigmoid's derivative `z (1 - z)` uses, so a staged step
+        // computes it once.
+        let one_minus_z = z.rsub_scalar(1.0)?;
         let h_new = one_minus_z.mul(&h)?.add(&z.mul(&hc)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
