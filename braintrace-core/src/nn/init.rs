@@ -105,14 +105,15 @@ fn orthogonal(shape: &[usize], scale: f64, rng: &mut Rng) -> Result<Vec<f64>> {
         .map(|_| (0..m).map(|_| rng.normal()).collect())
         .collect();
     for j in 0..k {
-        for i in 0..j {
-            let d: f64 = (0..m).map(|p| a[i][p] * a[j][p]).sum();
-            let (head, tail) = a.split_at_mut(j);
-            for (x, y) in tail[0].iter_mut().zip(&head[i]) {
+        let (head, tail) = a.split_at_mut(j);
+        let aj = &mut tail[0];
+        for ai in head.iter() {
+            let d = dot(ai, aj);
+            for (x, y) in aj.iter_mut().zip(ai) {
                 *x -= d * y;
             }
         }
-        let norm = (0..m).map(|p| a[j][p] * a[j][p]).sum::<f64>().sqrt();
+        let norm = dot(aj, aj).sqrt();
         if norm == 0.0 {
             return Err(Error::invalid("Initializer::Orthogonal", "degenerate draw"));
         }
@@ -129,13 +130,32 @@ fn orthogonal(shape: &[usize], scale: f64, rng: &mut Rng) -> Result<Vec<f64>> {
     Ok(out)
 }
 
+/// `a · b` summed in 16 interleaved partial sums, so that the loop is
+/// vectorised and not one chain of dependent additions (a GRU of hidden
+/// 512 orthogonalises 512 columns of 528: 70 M multiply-adds in dots).
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    const L: usize = 16;
+    let mut acc = [0.0f64; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..L {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn orthogonal_rows_and_columns_are_orthonormal() {
-        for shape in [[6usize, 4], [3, 7]] {
+        // Columns shorter than, longer than and not a multiple of the 16
+        // partial sums of `dot`.
+        for shape in [[6usize, 4], [3, 7], [37, 21], [20, 45], [64, 64]] {
             let t = Initializer::orthogonal()
                 .draw(&shape, DType::F64, &mut Rng::seed(3))
                 .unwrap();
