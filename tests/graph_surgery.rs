@@ -869,3 +869,44 @@ fn cse_does_not_merge_custom_jvp_calls_with_the_same_name() {
     let out = g.eval(&[t(vec![0.5], &[1])]).unwrap();
     assert_tensor("f + h", &out[0], &[1], &[0.5f64.exp() + 0.5f64.tanh()]);
 }
+
+#[test]
+fn same_computation_compares_ops_params_and_constants_bit_for_bit() {
+    let a = Aval::new(&[3], DType::F64);
+    let with = |c: f64| {
+        move |x: &[Tensor]| -> Result<Vec<Tensor>> {
+            let k = Tensor::from_vec(vec![c, 1.0, 2.0], &[3])?;
+            Ok(vec![x[0].mul(&k)?.mul_scalar(0.5)?])
+        }
+    };
+    let g = |c: f64| make_graph(with(c), std::slice::from_ref(&a)).unwrap();
+    assert!(g(1.5).same_computation(&g(1.5)));
+    assert!(!g(1.5).same_computation(&g(2.5)));
+    // 0.0 == -0.0, but a product by them differs in sign.
+    assert!(!g(0.0).same_computation(&g(-0.0)));
+    assert!(g(f64::NAN).same_computation(&g(f64::NAN)));
+    // Another param, another op, other avals.
+    let other = make_graph(
+        |x: &[Tensor]| Ok(vec![x[0].mul_scalar(0.25)?]),
+        std::slice::from_ref(&a),
+    )
+    .unwrap();
+    let same_op = make_graph(
+        |x: &[Tensor]| Ok(vec![x[0].mul_scalar(0.5)?]),
+        std::slice::from_ref(&a),
+    )
+    .unwrap();
+    assert!(!other.same_computation(&same_op));
+    let neg = make_graph(
+        |x: &[Tensor]| Ok(vec![x[0].neg()?]),
+        std::slice::from_ref(&a),
+    )
+    .unwrap();
+    assert!(!neg.same_computation(&same_op));
+    let wide = make_graph(
+        |x: &[Tensor]| Ok(vec![x[0].mul_scalar(0.5)?]),
+        &[Aval::new(&[4], DType::F64)],
+    )
+    .unwrap();
+    assert!(!wide.same_computation(&same_op));
+}

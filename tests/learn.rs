@@ -989,3 +989,76 @@ fn f32_learner_agrees_with_f64() {
         |_| {},
     );
 }
+
+// ------------------------------------------------------------ the step program across calls
+
+/// `etrace_grad` stages its step program once and reuses it while the loss
+/// computes the same thing; a loss that changes what it captures is staged
+/// again (a stale program would give the old loss's gradients).
+#[test]
+fn etrace_grad_reuses_its_step_program_only_for_the_same_loss() {
+    let algos: [fn() -> Algorithm; 2] = [
+        || PpProp::new(0.9).unwrap().into(),
+        || DRtrl::default().into(),
+    ];
+    for algo in algos {
+        let make = || {
+            let model = GruNet::new(3, 5, 2);
+            let state = ModelState::new(&model, DType::F64, 4, Some(2)).unwrap();
+            compile(
+                model,
+                state,
+                algo(),
+                &Tensor::zeros(&[2, 3], DType::F64),
+                Some(2),
+            )
+            .unwrap()
+        };
+        let data = |s: u64| (draw(&[6, 2, 3], s), draw(&[6, 2, 2], s + 100));
+        let grads = |g: &braintrace::learn::EtraceGrads| {
+            g.grads
+                .values()
+                .flat_map(|t| t.to_vec_f64().unwrap())
+                .collect::<Vec<f64>>()
+        };
+        // The same loss three times: one trace.
+        let mut a = make();
+        let mut want = Vec::new();
+        for s in 1..=3 {
+            let (xs, ys) = data(s);
+            want.push(grads(
+                &a.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap(),
+            ));
+        }
+        assert_eq!(a.step_traces(), 1);
+        // Another computation (times 2, exact in binary) is staged again,
+        // and the program reused above gave the bits of a freshly staged one.
+        let mut b = make();
+        let (xs, ys) = data(1);
+        b.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap();
+        let (xs, ys) = data(2);
+        let twice = |o: &Tensor, y: &Tensor| mse(o, y)?.mul_scalar(2.0);
+        let got = grads(&b.etrace_grad(&xs, &ys, twice, Reduction::Mean).unwrap());
+        assert_eq!(b.step_traces(), 2);
+        let doubled: Vec<f64> = want[1].iter().map(|g| 2.0 * g).collect();
+        assert_eq!(got, doubled);
+        // A loss capturing a weight: 2, then 3 (staged again: 3x the plain
+        // gradients, as hidden states and traces do not depend on the loss),
+        // then 3 in a fresh tensor (the same computation: reused).
+        let mut c = make();
+        for (s, w) in [(1u64, 2.0), (2, 3.0), (3, 3.0)] {
+            let w = Tensor::scalar_of(w, DType::F64);
+            let weighted = |o: &Tensor, y: &Tensor| mse(o, y)?.mul(&w);
+            let (xs, ys) = data(s);
+            let got = grads(&c.etrace_grad(&xs, &ys, weighted, Reduction::Mean).unwrap());
+            let k = w.to_vec_f64().unwrap()[0];
+            for (g, p) in got.iter().zip(&want[s as usize - 1]) {
+                assert!(
+                    (g - k * p).abs() <= 1e-12 * (1.0 + (k * p).abs()),
+                    "{g} vs {k} x {p}"
+                );
+            }
+        }
+        assert_eq!(c.step_traces(), 2);
+    }
+}

@@ -11,7 +11,7 @@
 
 use super::{var_name, Eqn, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
-use crate::tensor::{Aval, Tensor};
+use crate::tensor::{ArrayData, Aval, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -472,6 +472,40 @@ impl Graph {
         before - self.eqns.len()
     }
 
+    /// Whether `self` and `other` compute the same thing: the same variables
+    /// with the same avals, the same captured constants bit for bit (all
+    /// concrete), and equation for equation the same [`Primitive::cse_key`]
+    /// on the same operands into the same results. `false` whenever that
+    /// cannot be told: an equation without a key (effects, randomness, a
+    /// closure) or a constant of an enclosing trace. Two traces of one
+    /// function with the same argument avals are the same computation
+    /// unless the function changed what it captured.
+    pub fn same_computation(&self, other: &Graph) -> bool {
+        let same_const = |a: &Tensor, b: &Tensor| match (a.data(), b.data()) {
+            (Ok(x), Ok(y)) => same_bits(x, y),
+            _ => false,
+        };
+        self.avals == other.avals
+            && self.invars == other.invars
+            && self.constvars == other.constvars
+            && self.outvars == other.outvars
+            && self.consts.len() == other.consts.len()
+            && self
+                .consts
+                .iter()
+                .zip(&other.consts)
+                .all(|(a, b)| same_const(a, b))
+            && self.eqns.len() == other.eqns.len()
+            && self.eqns.iter().zip(&other.eqns).all(|(a, b)| {
+                a.inputs == b.inputs
+                    && a.outputs == b.outputs
+                    && matches!(
+                        (a.prim.cse_key(), b.prim.cse_key()),
+                        (Some(x), Some(y)) if x == y
+                    )
+            })
+    }
+
     /// Remove equations whose results are never used (and constants no
     /// equation or output reads).
     pub fn dce(&mut self) {
@@ -600,5 +634,23 @@ impl Graph {
             }
         }
         Ok(())
+    }
+}
+
+/// Same shape, dtype and bits (`-0.0` is not `0.0`; a NaN equals itself).
+fn same_bits(a: &ArrayData, b: &ArrayData) -> bool {
+    fn eq<T: Copy, K: PartialEq>(
+        a: &ndarray::ArrayD<T>,
+        b: &ndarray::ArrayD<T>,
+        key: impl Fn(T) -> K,
+    ) -> bool {
+        a.shape() == b.shape() && a.iter().zip(b.iter()).all(|(&x, &y)| key(x) == key(y))
+    }
+    match (a, b) {
+        (ArrayData::F32(x), ArrayData::F32(y)) => eq(x, y, f32::to_bits),
+        (ArrayData::F64(x), ArrayData::F64(y)) => eq(x, y, f64::to_bits),
+        (ArrayData::I64(x), ArrayData::I64(y)) => eq(x, y, |v| v),
+        (ArrayData::Bool(x), ArrayData::Bool(y)) => eq(x, y, |v| v),
+        _ => false,
     }
 }

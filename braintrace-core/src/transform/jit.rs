@@ -29,6 +29,22 @@ impl Compiled {
     }
 }
 
+/// The program a [`Jit`] staged last, kept apart from the function it was
+/// traced from (a learner keeps its step program across calls this way).
+#[derive(Clone)]
+pub(crate) struct Staged(Arc<Compiled>);
+
+impl Staged {
+    /// Whether `args` have the avals the program was staged for.
+    pub(crate) fn accepts(&self, args: &[Tensor]) -> bool {
+        accepts(&self.0.graph, args)
+    }
+    /// Run the program (as [`Jit::call_owned`] runs it).
+    pub(crate) fn run(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.0.run(args)
+    }
+}
+
 /// A jitted function; call it with [`Jit::call`], or use the closure from [`jit`].
 pub struct Jit<F> {
     f: F,
@@ -108,6 +124,11 @@ where
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
         c.run(args)
+    }
+    /// The program staged by the last call that staged and cached one.
+    pub(crate) fn staged(&self) -> Option<Staged> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.clone().map(Staged)
     }
     /// How many times the function has been traced.
     pub fn trace_count(&self) -> usize {

@@ -14,6 +14,7 @@ mod linearize;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
 pub use call::{as_call, call, Call};
+pub(crate) use jit::Staged;
 pub use jit::{jit, Jit};
 pub use linearize::{
     grad, grad_scalar, linearize, transpose, value_and_grad, value_and_grad_vec, vjp, vjp_graph,
