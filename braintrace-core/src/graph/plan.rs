@@ -37,9 +37,10 @@
 use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
+use crate::kernels::broadcast::concat_rows_into;
 use crate::kernels::sgemm;
 use crate::ops::linalg::Matmul;
-use crate::ops::shape::{Reshape, Transpose};
+use crate::ops::shape::{Concat, Reshape, Transpose};
 use crate::tensor::{
     copy_blocks, row_major as row_major_of, standard_layout, ArrayData, ArrayElement, Aval, DType,
     Tensor,
@@ -134,6 +135,9 @@ enum Kernel {
     /// buffer when it is moved in and unique; else a copy of a row-major
     /// operand into a recycled buffer; else `eval`.
     Transpose,
+    /// An `f32`/`f64` concatenation along `axis` into a recycled buffer
+    /// (row-major, as `eval` lays it out).
+    Concat { axis: usize },
 }
 
 /// Where a fused equation reads an operand.
@@ -490,6 +494,16 @@ impl Plan {
                                 PermuteBy(perm),
                             )?]
                         }
+                        Kernel::Concat { axis } => {
+                            vec![self.concat(
+                                pool,
+                                env,
+                                e.prim.as_ref(),
+                                inputs,
+                                e.outputs[0],
+                                *axis,
+                            )?]
+                        }
                         Kernel::Reshape => {
                             let shape = self.graph.avals[e.outputs[0]].shape();
                             vec![self.layout(
@@ -633,6 +647,75 @@ impl Plan {
                         a.dtype(),
                         b.dtype()
                     ),
+                ))
+            }
+        };
+        for &(v, last) in inputs {
+            if last {
+                if let Some(t) = env[v].take() {
+                    pool.recycle(t, self.class_of[v]);
+                }
+            }
+        }
+        Ok(y)
+    }
+
+    /// A concatenation into a recycled buffer, by the loop `eval` runs
+    /// (the same elements in the same row-major layout).
+    fn concat(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        p: &dyn Primitive,
+        inputs: &[(VarId, bool)],
+        out: VarId,
+        axis: usize,
+    ) -> Result<Tensor> {
+        let shape = self.graph.avals[out].shape();
+        let n: usize = shape.iter().product();
+        let class = self.class_of[out];
+        fn join<T: PoolFloat>(
+            pool: &mut Pool,
+            class: Option<usize>,
+            parts: &[&ArrayD<T>],
+            axis: usize,
+            shape: &[usize],
+            n: usize,
+        ) -> Tensor {
+            let mut v = take::<T>(pool, class, n);
+            concat_rows_into(parts, axis, shape, &mut v);
+            T::tensor(ArrayD::from_shape_vec(IxDyn(shape), v).expect("n elements"))
+        }
+        let datas = inputs
+            .iter()
+            .map(|&(v, _)| {
+                env[v]
+                    .as_ref()
+                    .ok_or_else(|| undefined(p, v))?
+                    .data_for("concatenate")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let f32s: Option<Vec<&ArrayD<f32>>> = datas
+            .iter()
+            .map(|d| match d {
+                ArrayData::F32(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        let f64s: Option<Vec<&ArrayD<f64>>> = datas
+            .iter()
+            .map(|d| match d {
+                ArrayData::F64(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        let y = match (f32s, f64s) {
+            (Some(parts), _) => join(pool, class, &parts, axis, shape, n),
+            (_, Some(parts)) => join(pool, class, &parts, axis, shape, n),
+            _ => {
+                return Err(Error::dtype(
+                    "concatenate",
+                    "planned for operands of one float dtype".to_string(),
                 ))
             }
         };
@@ -825,6 +908,17 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
                 .all(|&k| k < r && !std::mem::replace(&mut seen[k], true));
         if e.inputs.len() == 1 && e.outputs.len() == 1 && float(&e.inputs[0]) && permutation {
             return Kernel::Transpose;
+        }
+    }
+    if let Some(c) = e.prim.as_any().downcast_ref::<Concat>() {
+        let dtype = g.avals[e.outputs[0]].dtype();
+        if e.outputs.len() == 1
+            && !e.inputs.is_empty()
+            && float(&e.outputs[0])
+            && e.inputs.iter().all(|&v| g.avals[v].dtype() == dtype)
+            && c.axis < g.avals[e.outputs[0]].ndim()
+        {
+            return Kernel::Concat { axis: c.axis };
         }
     }
     if e.inputs.len() == 1
@@ -1845,6 +1939,87 @@ mod tests {
         let out = p.run(args.clone()).unwrap();
         assert_eq!(out[1].to_vec_f64().unwrap(), vec![2.0, 2.0, 12.0]);
         assert!(out[0].ptr_eq(&args[0]) && out[3].ptr_eq(&args[1]));
+    }
+
+    #[test]
+    fn plan_concatenates_into_recycled_buffers() {
+        // Joins along the last, a middle and the first axis, a stack of one
+        // element per row, and a transposed (column-major) operand; every
+        // join is read by an add, so its buffer goes back to the pool and
+        // the next call writes over the last call's values.
+        for dtype in [DType::F64, DType::F32] {
+            let (a, b) = (Aval::new(&[2, 3, 4], dtype), Aval::new(&[2, 3, 1], dtype));
+            let m = Aval::new(&[4, 3], dtype);
+            let g = trace(
+                |x: &[Tensor]| {
+                    let last =
+                        crate::ops::shape::concat(&[x[0].clone(), x[1].clone(), x[0].clone()], 2)?;
+                    let mid = crate::ops::shape::concat(&[x[0].clone(), x[0].clone()], 1)?;
+                    let first = crate::ops::shape::concat(&[x[0].clone(), x[0].clone()], 0)?;
+                    let stack = crate::ops::shape::concat(&[x[1].clone(), x[1].clone()], 2)?;
+                    let t = crate::ops::shape::concat(&[x[2].t()?, x[2].t()?], 0)?;
+                    Ok(vec![
+                        last.add_scalar(1.0)?,
+                        mid.add_scalar(1.0)?,
+                        first.add_scalar(1.0)?,
+                        stack.add_scalar(1.0)?,
+                        t.add_scalar(1.0)?,
+                    ])
+                },
+                &[a.clone(), b.clone(), m.clone()],
+            )
+            .unwrap();
+            let arg = |shape: &[usize], k: f64| {
+                let n: usize = shape.iter().product();
+                Tensor::from_vec((0..n).map(|i| k * i as f64).collect(), shape)
+                    .unwrap()
+                    .cast(dtype)
+                    .unwrap()
+            };
+            let g = Arc::new(g);
+            let plan = Plan::new(g.clone()).unwrap();
+            let planned = plan
+                .steps
+                .iter()
+                .filter(|s| {
+                    matches!(
+                        s,
+                        Step::Eqn {
+                            kernel: Kernel::Concat { .. },
+                            ..
+                        }
+                    )
+                })
+                .count();
+            assert_eq!(planned, 5, "every join runs in the plan");
+            for k in [1.0, -3.0, 0.5] {
+                let args = vec![
+                    arg(&[2, 3, 4], k),
+                    arg(&[2, 3, 1], 100.0 * k),
+                    arg(&[4, 3], k),
+                ];
+                let got = plan.run(args.clone()).unwrap();
+                assert_same(&got, &g.eval(&args).unwrap(), "concat");
+                // By hand: row (i, j) of the last-axis join is x0[i, j, :],
+                // x1[i, j, 0], x0[i, j, :], plus one.
+                let v = got[0].to_vec_f64().unwrap();
+                let (i, j) = (1, 2);
+                let row = &v[(i * 3 + j) * 9..(i * 3 + j + 1) * 9];
+                let x0 = |c: usize| k * ((i * 3 + j) * 4 + c) as f64 + 1.0;
+                let want = [
+                    x0(0),
+                    x0(1),
+                    x0(2),
+                    x0(3),
+                    100.0 * k * (i * 3 + j) as f64 + 1.0,
+                ];
+                assert_eq!(&row[..5], &want);
+                // The transposed operand: element (1, 1) of x2ᵀ is x2[1, 1],
+                // the fourth element of x2 (row-major, 3 columns).
+                let t = got[4].to_vec_f64().unwrap();
+                assert_eq!(t[4 + 1], k * 4.0 + 1.0);
+            }
+        }
     }
 
     #[test]

@@ -156,13 +156,32 @@ pub(crate) fn concat_rows<T: Copy>(
     out_shape: &[usize],
 ) -> ArrayD<T> {
     let total: usize = out_shape.iter().product();
-    let row: usize = out_shape[axis..].iter().product();
-    let stds: Vec<_> = parts.iter().map(|a| standard_layout(*a)).collect();
-    let srcs: Vec<&[T]> = stds.iter().map(row_major).collect();
-    let Some(&first) = srcs.iter().find_map(|s| s.first()) else {
+    let first = parts.iter().find_map(|a| a.iter().next().copied());
+    let Some(first) = first.filter(|_| total > 0) else {
         return ArrayD::from_shape_vec(IxDyn(out_shape), Vec::new()).expect("no elements");
     };
     let mut v = vec![first; total];
+    concat_rows_into(parts, axis, out_shape, &mut v);
+    ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked")
+}
+
+/// [`concat_rows`] into `v` (`out_shape`'s element count, row-major),
+/// every element of which it writes: the planned executor's concatenation
+/// into a recycled buffer.
+pub(crate) fn concat_rows_into<T: Copy>(
+    parts: &[&ArrayD<T>],
+    axis: usize,
+    out_shape: &[usize],
+    v: &mut [T],
+) {
+    let total: usize = out_shape.iter().product();
+    debug_assert_eq!(v.len(), total);
+    if total == 0 {
+        return;
+    }
+    let row: usize = out_shape[axis..].iter().product();
+    let stds: Vec<_> = parts.iter().map(|a| standard_layout(*a)).collect();
+    let srcs: Vec<&[T]> = stds.iter().map(row_major).collect();
     let outer = total / row;
     if let [a, b] = srcs[..] {
         if a.len() == outer && b.len() == outer {
@@ -172,7 +191,7 @@ pub(crate) fn concat_rows<T: Copy>(
                 d[0] = x;
                 d[1] = y;
             }
-            return ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked");
+            return;
         }
     }
     if srcs.iter().all(|s| s.len() == outer) {
@@ -183,18 +202,18 @@ pub(crate) fn concat_rows<T: Copy>(
                 *x = s[o];
             }
         }
-        return ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked");
+        return;
     }
     let mut off = 0;
     for src in srcs {
         let r = src.len() / outer;
         if r > 0 {
             match r {
-                1 => fill_columns::<T, 1>(&mut v, row, off, src),
-                2 => fill_columns::<T, 2>(&mut v, row, off, src),
-                3 => fill_columns::<T, 3>(&mut v, row, off, src),
-                4 => fill_columns::<T, 4>(&mut v, row, off, src),
-                8 => fill_columns::<T, 8>(&mut v, row, off, src),
+                1 => fill_columns::<T, 1>(v, row, off, src),
+                2 => fill_columns::<T, 2>(v, row, off, src),
+                3 => fill_columns::<T, 3>(v, row, off, src),
+                4 => fill_columns::<T, 4>(v, row, off, src),
+                8 => fill_columns::<T, 8>(v, row, off, src),
                 _ => {
                     for (d, s) in v.chunks_exact_mut(row).zip(src.chunks_exact(r)) {
                         for (dc, sc) in d[off..off + r]
@@ -209,7 +228,6 @@ pub(crate) fn concat_rows<T: Copy>(
         }
         off += r;
     }
-    ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked")
 }
 
 /// Columns `off..off + K` of every `row`-long row of `out` from `src`
