@@ -650,6 +650,12 @@ impl Plan {
                 ))
             }
         };
+        self.release(pool, env, inputs);
+        Ok(y)
+    }
+
+    /// Give back the buffers of the operands read for the last time.
+    fn release(&self, pool: &mut Pool, env: &mut [Option<Tensor>], inputs: &[(VarId, bool)]) {
         for &(v, last) in inputs {
             if last {
                 if let Some(t) = env[v].take() {
@@ -657,7 +663,6 @@ impl Plan {
                 }
             }
         }
-        Ok(y)
     }
 
     /// A concatenation into a recycled buffer, by the loop `eval` runs
@@ -719,13 +724,7 @@ impl Plan {
                 ))
             }
         };
-        for &(v, last) in inputs {
-            if last {
-                if let Some(t) = env[v].take() {
-                    pool.recycle(t, self.class_of[v]);
-                }
-            }
-        }
+        self.release(pool, env, inputs);
         Ok(y)
     }
 
