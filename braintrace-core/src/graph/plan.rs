@@ -677,52 +677,37 @@ impl Plan {
         axis: usize,
     ) -> Result<Tensor> {
         let shape = self.graph.avals[out].shape();
-        let n: usize = shape.iter().product();
         let class = self.class_of[out];
         fn join<T: PoolFloat>(
             pool: &mut Pool,
             class: Option<usize>,
-            parts: &[&ArrayD<T>],
+            env: &[Option<Tensor>],
+            (p, inputs): (&dyn Primitive, &[(VarId, bool)]),
             axis: usize,
             shape: &[usize],
-            n: usize,
-        ) -> Tensor {
-            let mut v = take::<T>(pool, class, n);
-            concat_rows_into(parts, axis, shape, &mut v);
-            T::tensor(ArrayD::from_shape_vec(IxDyn(shape), v).expect("n elements"))
+        ) -> Result<Tensor> {
+            let parts = inputs
+                .iter()
+                .map(|&(v, _)| {
+                    let t = env[v].as_ref().ok_or_else(|| undefined(p, v))?;
+                    T::array(t.data_for("concatenate")?).ok_or_else(|| {
+                        Error::dtype(
+                            "concatenate",
+                            format!("planned for operands of one float dtype, got {}", t.dtype()),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut v = take::<T>(pool, class, shape.iter().product());
+            concat_rows_into(&parts, axis, shape, &mut v);
+            Ok(T::tensor(
+                ArrayD::from_shape_vec(IxDyn(shape), v).expect("the shape's elements"),
+            ))
         }
-        let datas = inputs
-            .iter()
-            .map(|&(v, _)| {
-                env[v]
-                    .as_ref()
-                    .ok_or_else(|| undefined(p, v))?
-                    .data_for("concatenate")
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let f32s: Option<Vec<&ArrayD<f32>>> = datas
-            .iter()
-            .map(|d| match d {
-                ArrayData::F32(a) => Some(a),
-                _ => None,
-            })
-            .collect();
-        let f64s: Option<Vec<&ArrayD<f64>>> = datas
-            .iter()
-            .map(|d| match d {
-                ArrayData::F64(a) => Some(a),
-                _ => None,
-            })
-            .collect();
-        let y = match (f32s, f64s) {
-            (Some(parts), _) => join(pool, class, &parts, axis, shape, n),
-            (_, Some(parts)) => join(pool, class, &parts, axis, shape, n),
-            _ => {
-                return Err(Error::dtype(
-                    "concatenate",
-                    "planned for operands of one float dtype".to_string(),
-                ))
-            }
+        let y = match self.graph.avals[out].dtype() {
+            DType::F32 => join::<f32>(pool, class, env, (p, inputs), axis, shape)?,
+            DType::F64 => join::<f64>(pool, class, env, (p, inputs), axis, shape)?,
+            d => unreachable!("only float joins are planned, got {d}"),
         };
         self.release(pool, env, inputs);
         Ok(y)

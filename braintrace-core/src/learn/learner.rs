@@ -250,8 +250,8 @@ impl<M: Model> Learner<M> {
     /// program. A call reuses the previous call's program when its loss
     /// computes the same thing (the loss traced alone gives the same graph:
     /// the same ops, params and captured constants) on tensors of the same
-    /// shapes; a loss that captures a different value, or a new batch size,
-    /// stages a new one.
+    /// shapes; a loss that captures a different value, or arguments of
+    /// other shapes, stages a new one.
     pub fn step_traces(&self) -> usize {
         self.step_traces
     }
