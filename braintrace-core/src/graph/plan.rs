@@ -39,6 +39,7 @@ use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
 use crate::kernels::broadcast::concat_rows_into;
 use crate::kernels::sgemm;
+use crate::ops::elementwise::{mul_add_block, scale_add_block, Binary, BinaryOp, Scalar, ScalarOp};
 use crate::ops::linalg::Matmul;
 use crate::ops::shape::{Concat, Reshape, Transpose};
 use crate::tensor::{
@@ -153,13 +154,30 @@ enum Operand {
 
 struct FusedOp {
     eqn: usize,
+    kind: OpKind,
     operands: Vec<Operand>,
     /// Where the result goes: a block buffer, or a materialised output
     /// ([`Operand::Buf`] or [`Operand::Out`]).
     dst: Operand,
 }
 
+/// What a fused op runs on a block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum OpKind {
+    /// The equation's own element-wise kernel.
+    Eqn,
+    /// Operands `[a, b, c]`: `a·b + c`, a `mul` whose only reader is the
+    /// `add` (the equation) folded into it.
+    MulAdd,
+    /// Operands `[a, c]`: `a·s + c`, a `mul_scalar` by `s` whose only
+    /// reader is the `add` folded into it.
+    ScaleAdd(f64),
+}
+
 struct Fused {
+    /// Equations of the group (a folded pair counts two; the tests read it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    members: usize,
     shape: Vec<usize>,
     dtype: DType,
     size: usize,
@@ -1012,6 +1030,19 @@ fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     ok.then_some(k)
 }
 
+/// The op of a binary element-wise primitive.
+fn binary_op(p: &dyn Primitive) -> Option<BinaryOp> {
+    p.as_any().downcast_ref::<Binary>().map(|b| b.0)
+}
+
+/// The factor of a `mul_scalar` primitive.
+fn mul_scalar_of(p: &dyn Primitive) -> Option<f64> {
+    p.as_any()
+        .downcast_ref::<Scalar>()
+        .filter(|s| s.op == ScalarOp::Mul)
+        .map(|s| s.value)
+}
+
 fn form_groups(g: &Graph) -> Groups {
     let mut members: Vec<Vec<usize>> = Vec::new();
     let mut of_eqn = vec![None; g.eqns.len()];
@@ -1077,11 +1108,59 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
     for &v in &g.outvars {
         read_outside[v] = true;
     }
+    // Pairs: a `mul` or `mul_scalar` whose result only an `add` of the
+    // group reads runs inside the add's loop (one pass over the block
+    // instead of two, and no buffer for the product).
+    let mut reads_in_group: HashMap<VarId, usize> = HashMap::new();
+    for &i in members {
+        for &v in &g.eqns[i].inputs {
+            *reads_in_group.entry(v).or_default() += 1;
+        }
+    }
+    let mut folded = vec![false; members.len()];
+    let mut pair: Vec<Option<(OpKind, Vec<VarId>)>> = vec![None; members.len()];
+    for (j, &i) in members.iter().enumerate() {
+        let e = &g.eqns[i];
+        if binary_op(e.prim.as_ref()) != Some(BinaryOp::Add) {
+            continue;
+        }
+        for (slot, &v) in e.inputs.iter().enumerate() {
+            let Some(&p) = in_group.get(&v) else {
+                continue;
+            };
+            if folded[p] || read_outside[v] || reads_in_group[&v] != 1 {
+                continue;
+            }
+            let pe = &g.eqns[members[p]];
+            let other = e.inputs[1 - slot];
+            let kind = match (binary_op(pe.prim.as_ref()), mul_scalar_of(pe.prim.as_ref())) {
+                (Some(BinaryOp::Mul), _) => {
+                    (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other])
+                }
+                (_, Some(s)) => (OpKind::ScaleAdd(s), vec![pe.inputs[0], other]),
+                _ => continue,
+            };
+            folded[p] = true;
+            pair[j] = Some(kind);
+            break;
+        }
+    }
+    // What each op reads: its equation's operands, or a pair's.
+    let reads: Vec<Vec<VarId>> = members
+        .iter()
+        .zip(&pair)
+        .map(|(&i, p)| match p {
+            Some((_, r)) => r.clone(),
+            None => g.eqns[i].inputs.clone(),
+        })
+        .collect();
     // Last use (position in the group) of each value read inside it.
     let mut last_in_group: HashMap<VarId, usize> = HashMap::new();
-    for (j, &i) in members.iter().enumerate() {
-        for &v in &g.eqns[i].inputs {
-            last_in_group.insert(v, j);
+    for (j, r) in reads.iter().enumerate() {
+        if !folded[j] {
+            for &v in r {
+                last_in_group.insert(v, j);
+            }
         }
     }
     let mut inputs: Vec<VarId> = Vec::new();
@@ -1119,8 +1198,11 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
     for (j, &i) in members.iter().enumerate() {
         let e = &g.eqns[i];
         names.push(e.prim.name());
+        if folded[j] {
+            continue;
+        }
         let mut operands = Vec::new();
-        for &v in &e.inputs {
+        for &v in &reads[j] {
             let op = if in_group.contains_key(&v) {
                 loc_of[&v]
             } else if g.avals[v].shape() == out_aval.shape() {
@@ -1154,12 +1236,12 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         loc_of.insert(out, dst);
         ops.push(FusedOp {
             eqn: i,
+            kind: pair[j].as_ref().map_or(OpKind::Eqn, |p| p.0),
             operands,
             dst,
         });
         // Free the buffers of group values read for the last time here.
-        let mut dead: Vec<VarId> = e
-            .inputs
+        let mut dead: Vec<VarId> = reads[j]
             .iter()
             .copied()
             .filter(|v| in_group.contains_key(v) && last_in_group.get(v) == Some(&j))
@@ -1177,6 +1259,7 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
     }
     let label = (format!("fused[{}]", names.join(",")), out_aval.to_string());
     Fused {
+        members: members.len(),
         shape: out_aval.shape().to_vec(),
         dtype: out_aval.dtype(),
         size: out_aval.size(),
@@ -1389,14 +1472,16 @@ fn run_fused<T: PoolFloat>(
         Order::C
     };
     let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
-    let kernels: Vec<&dyn Elementwise> = f
+    let kernels: Vec<Option<&dyn Elementwise>> = f
         .ops
         .iter()
         .map(|op| {
-            g.eqns[op.eqn]
-                .prim
-                .elementwise()
-                .expect("only element-wise equations are fused")
+            (op.kind == OpKind::Eqn).then(|| {
+                g.eqns[op.eqn]
+                    .prim
+                    .elementwise()
+                    .expect("only element-wise equations are fused")
+            })
         })
         .collect();
     let block = BLOCK.min(f.size.max(1));
@@ -1444,7 +1529,13 @@ fn run_fused<T: PoolFloat>(
                         Operand::Out(o) => &outs[o][start..start + len],
                     };
                 }
-                T::block(*k, &ins[..op.operands.len()], &mut dst[at..at + len]);
+                let out = &mut dst[at..at + len];
+                match (op.kind, k) {
+                    (OpKind::Eqn, Some(k)) => T::block(*k, &ins[..op.operands.len()], out),
+                    (OpKind::MulAdd, _) => mul_add_block(ins[0], ins[1], ins[2], out),
+                    (OpKind::ScaleAdd(s), _) => scale_add_block(s, ins[0], ins[1], out),
+                    (OpKind::Eqn, None) => unreachable!("an equation's op has its kernel"),
+                }
             }
             match op.dst {
                 Operand::Buf(b) => bufs[b] = dst,
@@ -1513,7 +1604,7 @@ mod tests {
         p.steps
             .iter()
             .filter_map(|s| match s {
-                Step::Fused(f) => Some(f.ops.len()),
+                Step::Fused(f) => Some(f.members),
                 Step::Eqn { .. } => None,
             })
             .collect()
@@ -1884,6 +1975,59 @@ mod tests {
         };
         assert_eq!(f.outputs.len(), 1);
         assert!(f.nbufs <= 3, "{} block buffers", f.nbufs);
+    }
+
+    /// The kinds of a plan's fused ops, group by group.
+    fn fused_kinds(p: &Plan) -> Vec<Vec<OpKind>> {
+        p.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Fused(f) => Some(f.ops.iter().map(|o| o.kind).collect()),
+                Step::Eqn { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plan_folds_a_product_into_the_add_that_alone_reads_it() {
+        // Over two blocks, the last one partial, f32 and f64: the bits of
+        // the interpreter (the product is rounded before the sum).
+        for dtype in [DType::F32, DType::F64] {
+            let a = Aval::new(&[2, 1300], dtype);
+            let g = trace(
+                |x: &[Tensor]| {
+                    let e = x[0].exp()?;
+                    // Folded: `a·x1 + x2`, computed at the add: `a` is read
+                    // after the product, and buffers are freed and taken
+                    // before the add, but `a`'s must stay its own until then.
+                    let a = x[0].tanh()?;
+                    let t = a.mul(&x[1])?;
+                    let between = a.neg()?.sigmoid()?.tanh()?;
+                    let u = x[2].add(&t)?;
+                    // Folded: `u·0.3 + between` (the scalar product on the
+                    // right of the add).
+                    let v = between.add(&u.mul_scalar(0.3)?)?;
+                    // Not folded: the product is read twice.
+                    let w = v.mul(&e)?;
+                    let y = w.add(&x[0])?.add(&w)?;
+                    // Not folded: the product is also a result.
+                    let z = y.mul(&x[2])?;
+                    Ok(vec![z.add(&e)?, z])
+                },
+                &[a.clone(), a.clone(), a],
+            )
+            .unwrap();
+            let mut rng = StdRng::seed_from_u64(7);
+            let args: Vec<Tensor> = (0..3)
+                .map(|_| rand_tensor(&mut rng, &[2, 1300], dtype))
+                .collect();
+            let p = check(g, &args, "folded pairs");
+            assert_eq!(fused_groups(&p), vec![14]);
+            let kinds = &fused_kinds(&p)[0];
+            assert_eq!(kinds.len(), 12, "{kinds:?}");
+            assert_eq!(kinds.iter().filter(|k| **k == OpKind::MulAdd).count(), 1);
+            assert!(kinds.contains(&OpKind::ScaleAdd(0.3)), "{kinds:?}");
+        }
     }
 
     #[test]

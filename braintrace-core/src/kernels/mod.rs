@@ -29,9 +29,9 @@ pub(crate) fn has_avx2() -> bool {
 /// instead of 4). AVX2 without FMA: the same operations on wider registers,
 /// so the results are bit-identical either way.
 macro_rules! avx2_dispatch {
-    ($(#[$m:meta])* fn $name:ident $(<$T:ident: $B:path>)? ($($a:ident: $t:ty),* $(,)?) => $body_fn:ident) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident $(<$T:ident: $B:path>)? ($($a:ident: $t:ty),* $(,)?) => $body_fn:ident) => {
         $(#[$m])*
-        fn $name $(<$T: $B>)? ($($a: $t),*) {
+        $vis fn $name $(<$T: $B>)? ($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2")]

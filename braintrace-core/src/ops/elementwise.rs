@@ -440,6 +440,35 @@ fn zip_binary<T: Float>(op: BinaryOp, a: &ArrayD<T>, b: &ArrayD<T>, shape: &[usi
     arms!(Add, Sub, Mul, Div, Max, Min, Pow)
 }
 
+avx2_dispatch!(
+    /// `a·b + c` over one block: a `mul` whose only reader is an `add`,
+    /// fused by the planned executor. The product is rounded before the
+    /// sum (no fused multiply-add), so the bits are those of the two ops.
+    pub(crate) fn mul_add_block<T: Float>(a: &[T], b: &[T], c: &[T], out: &mut [T]) => mul_add_loop
+);
+
+#[inline(always)]
+fn mul_add_loop<T: Float>(a: &[T], b: &[T], c: &[T], out: &mut [T]) {
+    for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
+        *o = x * y + z;
+    }
+}
+
+avx2_dispatch!(
+    /// `a·s + c` over one block: a `mul_scalar` whose only reader is an
+    /// `add`, fused by the planned executor; `s` converts as in
+    /// [`scalar_block`], and the bits are those of the two ops.
+    pub(crate) fn scale_add_block<T: Float>(value: f64, a: &[T], c: &[T], out: &mut [T]) => scale_add_loop
+);
+
+#[inline(always)]
+fn scale_add_loop<T: Float>(value: f64, a: &[T], c: &[T], out: &mut [T]) {
+    let s = T::from(value).unwrap_or_else(T::nan);
+    for ((o, &x), &z) in out.iter_mut().zip(a).zip(c) {
+        *o = x * s + z;
+    }
+}
+
 /// A binary element-wise op (operands of equal shape; broadcasting happens
 /// in the `Tensor` methods before binding).
 #[derive(Clone, Debug)]
