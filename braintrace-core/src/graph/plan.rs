@@ -15,7 +15,9 @@
 //! its values, so every reader outside runs after it. Values read outside
 //! the group (or returned by the graph) are materialised: the loop writes
 //! them straight into their output buffers; the others live only in block
-//! buffers.
+//! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
+//! reads is folded into that add (`a·b + c` in one pass over the block,
+//! rounded as the two ops are).
 //!
 //! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
 //! that finds it taken by another thread runs with a fresh one): the block
