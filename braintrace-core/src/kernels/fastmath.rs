@@ -2,6 +2,12 @@
 //! vectorise (libm's scalar `expf`/`tanhf` cost ~10 ns an element and
 //! dominated small recurrent steps). Accurate to a few ulp over the whole
 //! f32 range; f64 keeps the correctly rounded libm functions.
+//!
+//! Every `a·b + c` is a fused multiply-add ([`f32::mul_add`], rounded once),
+//! so the bits are the same on every CPU: the element-wise kernels call
+//! these in copies compiled with AVX2 and FMA where the CPU has both (one
+//! instruction per `mul_add`); elsewhere `mul_add` is still exact (libm's
+//! `fmaf`), only slower.
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
@@ -18,24 +24,26 @@ pub fn exp_f32(x: f32) -> f32 {
     // sum's low mantissa bits hold n, so no float-to-int conversion is
     // needed (both f32::round and `as i32` stop the compiler vectorising).
     const SHIFTER: f32 = 12_582_912.0;
-    let shifted = x * LOG2E + SHIFTER;
+    let shifted = x.mul_add(LOG2E, SHIFTER);
     let n = shifted - SHIFTER;
     let n_bits = shifted.to_bits().wrapping_sub(SHIFTER.to_bits());
     // r = x - n ln 2 in two steps, |r| <= ln2 / 2.
-    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
     // Taylor polynomial of e^r to degree 7, in Estrin's scheme: pairs of
     // coefficients, then pairs of pairs, so the longest chain of dependent
     // operations is 6 instead of Horner's 14. A block of exponentials is
     // latency-bound (each vector's chain is longer than the scheduler can
     // overlap), so the shorter chain is what makes it faster (2.0 -> 1.3
-    // cycles an element with AVX2 on this machine).
+    // cycles an element with AVX2 on this machine). With fused
+    // multiply-adds, 1024-element blocks: exp 0.67 -> 0.40–0.51 ns an
+    // element, sigmoid 0.82 -> 0.55, tanh 1.44 -> 1.02.
     let r2 = r * r;
     let r4 = r2 * r2;
     let p01 = 1.0 + r;
-    let p23 = 0.5 + r * (1.0 / 6.0);
-    let p45 = 1.0 / 24.0 + r * (1.0 / 120.0);
-    let p67 = 1.0 / 720.0 + r * (1.0 / 5040.0);
-    let p = (p01 + r2 * p23) + r4 * (p45 + r2 * p67);
+    let p23 = r.mul_add(1.0 / 6.0, 0.5);
+    let p45 = r.mul_add(1.0 / 120.0, 1.0 / 24.0);
+    let p67 = r.mul_add(1.0 / 5040.0, 1.0 / 720.0);
+    let p = r4.mul_add(r2.mul_add(p67, p45), r2.mul_add(p23, p01));
     // 2^n from the exponent bits (n in [-126, 127] after the clamp).
     let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     p * two_n
@@ -57,11 +65,11 @@ pub fn tanh_f32(x: f32) -> f32 {
     // `exp_f32`): `x · (q0 + q1 y + … + q6 y⁶)`, `y = x²`.
     let x4 = x2 * x2;
     let x8 = x4 * x4;
-    let q01 = 1.0 + x2 * (-1.0 / 3.0);
-    let q23 = 2.0 / 15.0 + x2 * (-17.0 / 315.0);
-    let q45 = 62.0 / 2835.0 + x2 * (-1382.0 / 155_925.0);
+    let q01 = x2.mul_add(-1.0 / 3.0, 1.0);
+    let q23 = x2.mul_add(-17.0 / 315.0, 2.0 / 15.0);
+    let q45 = x2.mul_add(-1382.0 / 155_925.0, 62.0 / 2835.0);
     let q6 = 21844.0 / 6_081_075.0;
-    let small = x * ((q01 + x4 * q23) + x8 * (q45 + x4 * q6));
+    let small = x * x8.mul_add(x4.mul_add(q6, q45), x4.mul_add(q23, q01));
     let large = (1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0)).copysign(x);
     if a < 0.4 {
         small

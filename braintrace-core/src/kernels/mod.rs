@@ -10,12 +10,12 @@ pub mod sgemm;
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};
 
-/// Whether this CPU runs AVX2 (std checks once, then it is a load).
+/// Whether this CPU runs AVX2 and FMA (std checks once, then it is a load).
 #[inline]
-pub(crate) fn has_avx2() -> bool {
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -23,24 +23,26 @@ pub(crate) fn has_avx2() -> bool {
     }
 }
 
-/// `fn $name(args)`: calls `$body_fn(args)` compiled with AVX2 enabled when
-/// the CPU has it, as is otherwise. `$body_fn` must be `#[inline(always)]`,
-/// so that its loops are compiled inside the AVX2 copy (8 `f32` lanes
-/// instead of 4). AVX2 without FMA: the same operations on wider registers,
-/// so the results are bit-identical either way.
+/// `fn $name(args)`: calls `$body_fn(args)` compiled with AVX2 and FMA
+/// enabled when the CPU has both, as is otherwise. `$body_fn` must be
+/// `#[inline(always)]`, so that its loops are compiled inside the wide copy
+/// (8 `f32` lanes instead of 4). The same operations either way, so the
+/// results are bit-identical: Rust never contracts `a * b + c` into a fused
+/// multiply-add on its own, and an explicit [`f32::mul_add`] (the
+/// [`fastmath`] functions) is rounded once with or without the instruction.
 macro_rules! avx2_dispatch {
     ($(#[$m:meta])* $vis:vis fn $name:ident $(<$T:ident: $B:path>)? ($($a:ident: $t:ty),* $(,)?) => $body_fn:ident) => {
         $(#[$m])*
         $vis fn $name $(<$T: $B>)? ($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 fn wide $(<$T: $B>)? ($($a: $t),*) {
                     $body_fn($($a),*)
                 }
-                if $crate::kernels::has_avx2() {
-                    // SAFETY: the CPU has AVX2 (checked just above), the only
-                    // requirement of a `target_feature` function.
+                if $crate::kernels::has_avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above),
+                    // the only requirement of a `target_feature` function.
                     return unsafe { wide($($a),*) };
                 }
             }

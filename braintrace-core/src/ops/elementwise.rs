@@ -171,13 +171,18 @@ fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
 }
 
 /// f32 uses the vectorisable `exp`/`sigmoid`/`tanh` of
-/// [`crate::kernels::fastmath`] (a few ulp); everything else as [`map_unary`].
+/// [`crate::kernels::fastmath`] (a few ulp), through [`unary_block_f32`]
+/// (compiled with FMA where the CPU has it); everything else as
+/// [`map_unary`].
 fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
-    use crate::kernels::fastmath::{exp_f32, sigmoid_f32, tanh_f32};
     match op {
-        UnaryOp::Exp => map_elements(a, exp_f32),
-        UnaryOp::Sigmoid => map_elements(a, sigmoid_f32),
-        UnaryOp::Tanh => map_elements(a, tanh_f32),
+        UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh => {
+            let a = crate::tensor::standard_layout(a);
+            let src = crate::tensor::row_major(&a);
+            let mut out = vec![0f32; src.len()];
+            unary_block_f32(op, src, &mut out);
+            ArrayD::from_shape_vec(a.raw_dim(), out).expect("same number of elements")
+        }
         _ => map_unary(op, a),
     }
 }
