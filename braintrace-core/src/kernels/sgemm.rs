@@ -10,8 +10,8 @@
 //! reading `A` where it lies (any non-negative strides). While it runs a
 //! panel it prefetches the next one, an equal share of its rows per block
 //! of rows: between a learner's steps the weights' panels fall out of the
-//! near caches (`64×528 @ 528×512`, GRU pp_prop step: 630–690 µs →
-//! 420–590 µs per product in place). It runs only on
+//! near caches (`64×528 @ 528×512` in a GRU pp_prop step: 630–690 µs
+//! → 480–590 µs per product in place). It runs only on
 //! CPUs with AVX2 and FMA ([`applies`] says no elsewhere, and callers use
 //! `matrixmultiply`); the interpreter and the planned executor make the
 //! same choice from the same shapes, so both give the same bits.
