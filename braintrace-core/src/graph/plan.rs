@@ -33,6 +33,13 @@
 //! is reshaped without a copy) write into recycled buffers; other
 //! equations run their primitive's `eval`.
 //!
+//! A product whose right operand is a program input (a weight) keeps that
+//! operand's packed panels from call to call while the same tensor comes
+//! back. So does a product by a weight's transpose, `x @ transpose(w)`,
+//! when nothing else reads the transpose (a readout's backward pass): the
+//! transpose is not run at all, and the panels are packed from `w`'s
+//! transposed view.
+//!
 //! [`crate::Jit`] runs its cached graphs through a plan; everything else
 //! (and anything the plan does not cover) goes through the interpreter.
 
@@ -49,10 +56,10 @@ use crate::tensor::{
     Tensor,
 };
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, ArrayD, Ix2, IxDyn, LinalgScalar, ShapeBuilder};
+use ndarray::{Array2, ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar, ShapeBuilder};
 use num_traits::Float;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Instant;
@@ -129,8 +136,13 @@ enum Kernel {
     /// A 2-D `f32`/`f64` matrix product into a recycled buffer; `panels`,
     /// when its right operand is a program input or constant, is the slot
     /// of [`Pool::panels`] where the [`sgemm`] panels of that operand (a
-    /// weight) are kept from call to call.
-    Matmul { panels: Option<usize> },
+    /// weight) are kept from call to call. `transposed`: the step reads the
+    /// weight `w` of an elided `transpose(w)` (see [`elided_transposes`])
+    /// and multiplies by `wᵀ`.
+    Matmul {
+        panels: Option<usize>,
+        transposed: bool,
+    },
     /// An `f32`/`f64` reshape: the operand's own buffer when it is moved
     /// in, unique and row-major; else a copy into a recycled buffer.
     Reshape,
@@ -297,10 +309,14 @@ impl Plan {
             return None;
         }
         let groups = form_groups(&g);
+        let (elided, weight_t) = elided_transposes(&g);
         let mut steps = Vec::new();
         let mut panel_slots = 0;
         let mut emitted = vec![false; groups.members.len()];
         for (i, e) in g.eqns.iter().enumerate() {
+            if elided.contains(&i) {
+                continue;
+            }
             match groups.of_eqn[i] {
                 Some(k) if groups.last_member(k) == i && !emitted[k] => {
                     emitted[k] = true;
@@ -309,8 +325,20 @@ impl Plan {
                 Some(_) => {}
                 None => steps.push(Step::Eqn {
                     eqn: i,
-                    inputs: e.inputs.iter().map(|&v| (v, false)).collect(),
-                    kernel: kernel_of(&g, i, &mut panel_slots),
+                    inputs: match weight_t.get(&i) {
+                        Some(&w) => vec![(e.inputs[0], false), (w, false)],
+                        None => e.inputs.iter().map(|&v| (v, false)).collect(),
+                    },
+                    kernel: match weight_t.get(&i) {
+                        Some(_) => {
+                            panel_slots += 1;
+                            Kernel::Matmul {
+                                panels: Some(panel_slots - 1),
+                                transposed: true,
+                            }
+                        }
+                        None => kernel_of(&g, i, &mut panel_slots),
+                    },
                     label: (
                         e.prim.name(),
                         format!(
@@ -490,13 +518,13 @@ impl Plan {
                 } => {
                     let e = &g.eqns[*eqn];
                     let outs = match kernel {
-                        Kernel::Matmul { panels } => vec![self.matmul(
+                        Kernel::Matmul { panels, transposed } => vec![self.matmul(
                             pool,
                             env,
                             e.prim.as_ref(),
                             inputs,
                             e.outputs[0],
-                            *panels,
+                            (*panels, *transposed),
                         )?],
                         Kernel::Transpose => {
                             let p = e.prim.as_ref();
@@ -625,7 +653,7 @@ impl Plan {
         p: &dyn Primitive,
         inputs: &[(VarId, bool)],
         out: VarId,
-        panels: Option<usize>,
+        (panels, transposed): (Option<usize>, bool),
     ) -> Result<Tensor> {
         let class = self.class_of[out];
         let arg = |i: usize| {
@@ -639,7 +667,13 @@ impl Plan {
             (ArrayData::F32(a), ArrayData::F32(b)) => {
                 match (
                     a.view().into_dimensionality::<Ix2>(),
-                    b.view().into_dimensionality::<Ix2>(),
+                    b.view().into_dimensionality::<Ix2>().map(|b| {
+                        if transposed {
+                            b.reversed_axes()
+                        } else {
+                            b
+                        }
+                    }),
                 ) {
                     (Ok(av), Ok(bv))
                         if av.ncols() == bv.nrows() && sgemm::applies(&av, bv.ncols()) =>
@@ -655,10 +689,12 @@ impl Plan {
                         };
                         Self::sgemm_into(pool, class, av, bv, keep)
                     }
-                    _ => matmul_into(pool, class, a, b)?,
+                    _ => matmul_into(pool, class, a.view(), right(b, transposed))?,
                 }
             }
-            (ArrayData::F64(a), ArrayData::F64(b)) => matmul_into(pool, class, a, b)?,
+            (ArrayData::F64(a), ArrayData::F64(b)) => {
+                matmul_into(pool, class, a.view(), right(b, transposed))?
+            }
             (a, b) => {
                 return Err(Error::dtype(
                     "matmul",
@@ -901,7 +937,10 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
             *panel_slots += 1;
             *panel_slots - 1
         });
-        return Kernel::Matmul { panels };
+        return Kernel::Matmul {
+            panels,
+            transposed: false,
+        };
     }
     if let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() {
         let r = g.avals[e.inputs[0]].ndim();
@@ -936,19 +975,76 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
     Kernel::Eval
 }
 
+/// The transposes the plan does not run: `r = transpose(w)` (2-D) of a
+/// program input or constant `w`, read only once, as the right operand of
+/// a product planned as [`Kernel::Matmul`] (`x @ wᵀ`, a readout's backward
+/// pass). That product reads `w` itself and multiplies by `wᵀ`: its
+/// [`sgemm`] panels are packed from `w`'s transposed view and kept from
+/// call to call like a weight's, instead of a copy of `wᵀ` and its packing
+/// on every call. Returns the elided transposes and, per product, its `w`.
+fn elided_transposes(g: &Graph) -> (HashSet<usize>, HashMap<usize, VarId>) {
+    let mut reads = vec![0usize; g.avals.len()];
+    let mut reader = vec![usize::MAX; g.avals.len()];
+    for (i, e) in g.eqns.iter().enumerate() {
+        for &v in &e.inputs {
+            reads[v] += 1;
+            reader[v] = i;
+        }
+    }
+    for &v in &g.outvars {
+        reads[v] += 1;
+    }
+    let mut elided = HashSet::new();
+    let mut weight_t = HashMap::new();
+    for (i, e) in g.eqns.iter().enumerate() {
+        let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() else {
+            continue;
+        };
+        if e.inputs.len() != 1 || e.outputs.len() != 1 || t.perm != [1, 0] {
+            continue;
+        }
+        let (w, r) = (e.inputs[0], e.outputs[0]);
+        let kept = g.invars.contains(&w) || g.constvars.contains(&w);
+        // Read once, and by an equation (not only as a result).
+        let j = reader[r];
+        if !kept || reads[r] != 1 || j == usize::MAX || g.avals[w].ndim() != 2 {
+            continue;
+        }
+        let m = &g.eqns[j];
+        let mut slots = 0;
+        if m.inputs.len() == 2
+            && m.inputs[1] == r
+            && m.inputs[0] != r
+            && matches!(kernel_of(g, j, &mut slots), Kernel::Matmul { .. })
+        {
+            elided.insert(i);
+            weight_t.insert(j, w);
+        }
+    }
+    (elided, weight_t)
+}
+
+/// A product's right operand: `b`, or with `transposed` its transpose as
+/// `transpose` leaves it (strides permuted, where `b` lies).
+fn right<T>(b: &ArrayD<T>, transposed: bool) -> ArrayViewD<'_, T> {
+    if transposed {
+        b.view().reversed_axes()
+    } else {
+        b.view()
+    }
+}
+
 fn matmul_into<T: PoolFloat + LinalgScalar>(
     pool: &mut Pool,
     class: Option<usize>,
-    a: &ArrayD<T>,
-    b: &ArrayD<T>,
+    a: ArrayViewD<'_, T>,
+    b: ArrayViewD<'_, T>,
 ) -> Result<Tensor> {
     let bad = |why: String| Error::invalid("matmul", why);
     let a = a
-        .view()
         .into_dimensionality::<Ix2>()
         .map_err(|e| bad(e.to_string()))?;
     let b = b
-        .view()
         .into_dimensionality::<Ix2>()
         .map_err(|e| bad(e.to_string()))?;
     let ((m, k), (k2, n)) = (a.dim(), b.dim());
@@ -1889,6 +1985,100 @@ mod tests {
         let w2 = Tensor::from_data(w.data().unwrap().clone());
         run(&w2, "a fresh copy");
         assert_eq!(packs(), per_call * (2 + 3 + 2 + 2));
+    }
+
+    /// The kernels of a plan's equation steps, in order.
+    fn kernels(p: &Plan) -> Vec<Kernel> {
+        p.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Eqn { kernel, .. } => Some(*kernel),
+                Step::Fused(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plan_multiplies_by_a_weights_transpose_without_running_the_transpose() {
+        // `d @ wᵀ` with `w` an input (a readout's backward pass): no
+        // transpose step; the product packs `wᵀ` from `w` once while the
+        // same tensor comes back, and gives the interpreter's bits.
+        for dtype in [DType::F32, DType::F64] {
+            let av = |s: &[usize]| Aval::new(s, dtype);
+            let g = Arc::new(
+                trace(
+                    |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1].t()?)?.tanh()?]),
+                    &[av(&[16, 4]), av(&[37, 4])],
+                )
+                .unwrap(),
+            );
+            let plan = Plan::new(g.clone()).unwrap();
+            assert_eq!(
+                kernels(&plan),
+                vec![Kernel::Matmul {
+                    panels: Some(0),
+                    transposed: true
+                }],
+                "{dtype}"
+            );
+            let packs = || plan.pool.lock().unwrap().packs;
+            let mut rng = StdRng::seed_from_u64(12);
+            let mut w = rand_tensor(&mut rng, &[37, 4], dtype);
+            let mut run = |w: &Tensor, what: &str| {
+                let d = rand_tensor(&mut rng, &[16, 4], dtype);
+                let args = vec![d.clone(), w.clone()];
+                let want = g.eval(&args).unwrap();
+                let got = plan.run(args).unwrap();
+                assert_same(&got, &want, what);
+                // And against the definition, `Σ_k d[i][k] w[j][k]`.
+                let (dv, wv) = (d.to_vec_f64().unwrap(), w.to_vec_f64().unwrap());
+                let got = got[0].to_vec_f64().unwrap();
+                for i in 0..16 {
+                    for j in 0..37 {
+                        let s: f64 = (0..4).map(|k| dv[i * 4 + k] * wv[j * 4 + k]).sum();
+                        assert!((got[i * 37 + j] - s.tanh()).abs() < 1e-5, "{what} {i},{j}");
+                    }
+                }
+            };
+            let per_call = usize::from(dtype == DType::F32 && sgemm::available());
+            for step in 0..3 {
+                run(&w, &format!("{dtype} call {step}"));
+            }
+            assert_eq!(packs(), per_call, "{dtype}: packed once");
+            w.add_scalar_in_place(0.5).unwrap();
+            run(&w, &format!("{dtype} after an in-place change"));
+            assert_eq!(
+                packs(),
+                2 * per_call,
+                "{dtype}: a changed weight is packed again"
+            );
+        }
+        // A transpose read twice, or of an intermediate, stays a step.
+        let av = |s: &[usize]| Aval::new(s, DType::F32);
+        let mut rng = StdRng::seed_from_u64(13);
+        let d = rand_tensor(&mut rng, &[16, 4], DType::F32);
+        let w = rand_tensor(&mut rng, &[37, 4], DType::F32);
+        let twice = trace(
+            |x: &[Tensor]| {
+                let wt = x[1].t()?;
+                Ok(vec![x[0].matmul(&wt)?, wt])
+            },
+            &[av(&[16, 4]), av(&[37, 4])],
+        )
+        .unwrap();
+        let p = check(
+            twice,
+            &[d.clone(), w.clone()],
+            "a transpose that is also a result",
+        );
+        assert!(kernels(&p).contains(&Kernel::Transpose));
+        let inner = trace(
+            |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1].exp()?.t()?)?]),
+            &[av(&[16, 4]), av(&[37, 4])],
+        )
+        .unwrap();
+        let p = check(inner, &[d, w], "a transpose of an intermediate");
+        assert!(kernels(&p).contains(&Kernel::Transpose));
     }
 
     #[test]
