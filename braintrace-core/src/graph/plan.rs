@@ -323,31 +323,35 @@ impl Plan {
                     steps.push(Step::Fused(Box::new(build_fused(&g, &groups.members[k]))));
                 }
                 Some(_) => {}
-                None => steps.push(Step::Eqn {
-                    eqn: i,
-                    inputs: match weight_t.get(&i) {
-                        Some(&w) => vec![(e.inputs[0], false), (w, false)],
-                        None => e.inputs.iter().map(|&v| (v, false)).collect(),
-                    },
-                    kernel: match weight_t.get(&i) {
-                        Some(_) => {
+                None => {
+                    let (inputs, kernel) = match weight_t.get(&i) {
+                        Some(&w) => {
                             panel_slots += 1;
-                            Kernel::Matmul {
+                            let kernel = Kernel::Matmul {
                                 panels: Some(panel_slots - 1),
                                 transposed: true,
-                            }
+                            };
+                            (vec![(e.inputs[0], false), (w, false)], kernel)
                         }
-                        None => kernel_of(&g, i, &mut panel_slots),
-                    },
-                    label: (
-                        e.prim.name(),
-                        format!(
-                            "{} -> {}",
-                            profile::shapes_label(e.inputs.iter().map(|&v| &g.avals[v])),
-                            profile::shapes_label(e.outputs.iter().map(|&v| &g.avals[v]))
+                        None => (
+                            e.inputs.iter().map(|&v| (v, false)).collect(),
+                            kernel_of(&g, i, &mut panel_slots),
                         ),
-                    ),
-                }),
+                    };
+                    steps.push(Step::Eqn {
+                        eqn: i,
+                        inputs,
+                        kernel,
+                        label: (
+                            e.prim.name(),
+                            format!(
+                                "{} -> {}",
+                                profile::shapes_label(e.inputs.iter().map(|&v| &g.avals[v])),
+                                profile::shapes_label(e.outputs.iter().map(|&v| &g.avals[v]))
+                            ),
+                        ),
+                    });
+                }
             }
         }
         let mut last_step = vec![NEVER_READ; g.avals.len()];
@@ -667,13 +671,7 @@ impl Plan {
             (ArrayData::F32(a), ArrayData::F32(b)) => {
                 match (
                     a.view().into_dimensionality::<Ix2>(),
-                    b.view().into_dimensionality::<Ix2>().map(|b| {
-                        if transposed {
-                            b.reversed_axes()
-                        } else {
-                            b
-                        }
-                    }),
+                    right(b, transposed).into_dimensionality::<Ix2>(),
                 ) {
                     (Ok(av), Ok(bv))
                         if av.ncols() == bv.nrows() && sgemm::applies(&av, bv.ncols()) =>
@@ -922,15 +920,7 @@ impl LayoutChange for PermuteBy<'_> {
 fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
     let e = &g.eqns[i];
     let float = |v: &VarId| matches!(g.avals[*v].dtype(), DType::F32 | DType::F64);
-    if e.inputs.len() == 2
-        && e.outputs.len() == 1
-        && e.prim.as_any().is::<Matmul>()
-        && e.inputs
-            .iter()
-            .all(|&v| g.avals[v].ndim() == 2 && float(&v))
-        && g.avals[e.inputs[0]].dtype() == g.avals[e.inputs[1]].dtype()
-        && g.avals[e.outputs[0]].size() <= MAX_PLANNED_MATMUL
-    {
+    if planned_matmul(g, i) {
         let right = e.inputs[1];
         let kept = g.invars.contains(&right) || g.constvars.contains(&right);
         let panels = kept.then(|| {
@@ -975,6 +965,21 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
     Kernel::Eval
 }
 
+/// Whether equation `i` is a product the plan runs itself
+/// ([`Kernel::Matmul`]): two 2-D float operands of one dtype, at most
+/// [`MAX_PLANNED_MATMUL`] results.
+fn planned_matmul(g: &Graph, i: usize) -> bool {
+    let e = &g.eqns[i];
+    e.inputs.len() == 2
+        && e.outputs.len() == 1
+        && e.prim.as_any().is::<Matmul>()
+        && e.inputs.iter().all(|&v| {
+            g.avals[v].ndim() == 2 && matches!(g.avals[v].dtype(), DType::F32 | DType::F64)
+        })
+        && g.avals[e.inputs[0]].dtype() == g.avals[e.inputs[1]].dtype()
+        && g.avals[e.outputs[0]].size() <= MAX_PLANNED_MATMUL
+}
+
 /// The transposes the plan does not run: `r = transpose(w)` (2-D) of a
 /// program input or constant `w`, read only once, as the right operand of
 /// a product planned as [`Kernel::Matmul`] (`x @ wᵀ`, a readout's backward
@@ -1011,12 +1016,7 @@ fn elided_transposes(g: &Graph) -> (HashSet<usize>, HashMap<usize, VarId>) {
             continue;
         }
         let m = &g.eqns[j];
-        let mut slots = 0;
-        if m.inputs.len() == 2
-            && m.inputs[1] == r
-            && m.inputs[0] != r
-            && matches!(kernel_of(g, j, &mut slots), Kernel::Matmul { .. })
-        {
+        if planned_matmul(g, j) && m.inputs[1] == r && m.inputs[0] != r {
             elided.insert(i);
             weight_t.insert(j, w);
         }
@@ -2091,15 +2091,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(8);
         let x = rand_tensor(&mut rng, &[2, 6], DType::F64);
         let p = check(g, std::slice::from_ref(&x), "reshape");
-        let kinds: Vec<Kernel> = p
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Eqn { kernel, .. } => Some(*kernel),
-                Step::Fused(_) => None,
-            })
-            .collect();
-        assert_eq!(kinds, vec![Kernel::Reshape, Kernel::Reshape]);
+        assert_eq!(kernels(&p), vec![Kernel::Reshape, Kernel::Reshape]);
         let y = p.run(vec![x.clone()]).unwrap();
         let want: Vec<f64> = x.to_vec_f64().unwrap().iter().map(|v| v.exp()).collect();
         assert_eq!(y[0].shape(), &[3, 4]);
