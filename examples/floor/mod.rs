@@ -95,7 +95,7 @@ impl TraceFloor {
 /// executor runs it; matrixmultiply otherwise), and the weight gradient
 /// `x̄ᵀ g` of each of `n_grad` relations, one `[I, rows]·[rows, O]` product
 /// per chunk of [`pp_chunk_rows`] rows of steps × batch, as the learner
-/// gathers them. The bench nets:
+/// gathers and multiplies them (`kernels::sgemm::add_product`). The bench nets:
 /// GRU 3 and 2 (as `explain()` counts its relations), LIF 1 and 1; the
 /// readout's products (output size 4) are left out.
 pub struct ProductsFloor {
@@ -173,7 +173,7 @@ impl ProductsFloor {
     /// The chunk's gradient products, one per relation.
     pub fn gradient_chunk(&mut self) {
         for grad in &mut self.grads {
-            general_mat_mul(1.0, &self.xbar.t(), &self.g, 1.0, grad);
+            sgemm::add_product(&self.xbar.t(), &self.g.view(), grad);
         }
         std::hint::black_box(&self.grads);
     }

@@ -20,8 +20,14 @@
 //! 50): `16×144×128` 12.8 → 7.9 µs with the panels reused (13.9 µs packing
 //! every call), `16×528×512` 229 → 110 µs, `64×528×512` 552 → 482 µs,
 //! `128×144×128` 65 → 52 µs.
+//!
+//! [`gemm_acc`] runs the same kernel as `C += A B` with `B` read where it
+//! lies (rows of a multiple of 16 columns in place of packed panels) and
+//! any number of rows of `A`: pp_prop's chunk gradient `∇W += x̄ᵀ g`
+//! ([`add_product`] picks it for small chunks), with nothing packed or
+//! allocated per call.
 
-use ndarray::ArrayView2;
+use ndarray::{Array2, ArrayView2};
 
 /// The most rows of `A` the kernel takes: beyond, `A` no longer stays in
 /// cache while the panels stream past it, and `matrixmultiply`'s blocking
@@ -111,13 +117,118 @@ pub fn gemm(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
         b.dim(),
         c.len()
     );
+    split_rows(a, b.panels(), c, false);
+}
+
+/// Whether [`gemm_acc`] runs `a @ b` here: `a` `(m, k)` and `b` `(k, n)`
+/// non-empty, `a`'s strides non-negative, `b`'s rows contiguous
+/// (column stride 1, row stride at least `n`, unless `b` has one row),
+/// `n` a multiple of 16, and
+/// the CPU [has](available) the kernel's instructions. Unlike [`applies`],
+/// `a` may have any number of rows: `b` is read where it lies, and `a`'s
+/// rows pass one block at a time.
+pub fn acc_applies(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>) -> bool {
+    let ((m, k), (kb, n)) = (a.dim(), b.dim());
+    m >= 1
+        && k >= 1
+        && k == kb
+        && n >= 1
+        && n.is_multiple_of(NR)
+        && a.strides().iter().all(|&s| s >= 0)
+        && b.strides()[1] == 1
+        && (b.strides()[0] >= n as isize || k == 1)
+        && available()
+}
+
+/// `c += a @ b`, `c` row-major `(m, n)`, `b` read where it lies (its rows
+/// in place of packed panels): pp_prop's chunk gradient `∇W += x̄ᵀ g`,
+/// with `x̄ᵀ` a transposed view and `g` the chunk's rows, so nothing is
+/// packed or allocated. Each element of `c` is its old value plus one
+/// multiply-add per term in `k` order.
+///
+/// # Panics
+///
+/// When the kernel does not [apply](acc_applies) or `c` is not `m · n`
+/// long: callers check first.
+pub fn gemm_acc(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut [f32]) {
+    let (m, k) = a.dim();
+    let n = b.ncols();
+    assert!(
+        acc_applies(a, b) && c.len() == m * n,
+        "sgemm: ({m}, {k}) @ {:?} added into {} elements is not this kernel's case",
+        b.dim(),
+        c.len()
+    );
+    let b = Panels {
+        ptr: b.as_ptr(),
+        k,
+        n,
+        row: b.strides()[0].max(0) as usize,
+        panel: NR,
+    };
+    split_rows(a, b, c, true);
+}
+
+/// Largest `k` and `m · n` for which [`add_product`] runs [`gemm_acc`].
+const ACC_MAX_K: usize = 256;
+const ACC_MAX_C: usize = 1 << 15;
+
+/// `c += a @ b` as pp_prop's chunk gradient runs it: [`gemm_acc`] when it
+/// [applies](acc_applies), `c` is row-major and the product is small (`k`
+/// at most 256 rows, `c` at most 32768 elements), `matrixmultiply`
+/// otherwise. Measured (one thread, best of 300, alternating): the
+/// hidden-128 chunk `144×128 += (128×144)ᵀ·128×128` 31 → 37–42 GFMA/s;
+/// at hidden 512, `528×512 += (512×528)ᵀ·512×512`, `gemm_acc` fell to
+/// 23–24 GFMA/s against `matrixmultiply`'s 30–37 (it does not block `k`
+/// or `c` for the caches).
+pub fn add_product(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut Array2<f32>) {
+    let small = a.ncols() <= ACC_MAX_K && c.len() <= ACC_MAX_C;
+    if small && acc_applies(a, b) && c.dim() == (a.nrows(), b.ncols()) {
+        if let Some(c) = c.as_slice_mut() {
+            return gemm_acc(a, b, c);
+        }
+    }
+    ndarray::linalg::general_mat_mul(1.0, a, b, 1.0, c);
+}
+
+/// Where the kernel reads `B` `(k, n)`: row `kk` of panel `p` (columns
+/// `16p..16p + 16`) starts at `ptr + p·panel + kk·row`.
+#[derive(Clone, Copy, Debug)]
+struct Panels {
+    ptr: *const f32,
+    k: usize,
+    n: usize,
+    row: usize,
+    panel: usize,
+}
+
+// SAFETY: `Panels` only reads `B`, which its creator borrows for the call
+// (`gemm`'s `&PackedB`, `gemm_acc`'s view); threads read it together.
+unsafe impl Send for Panels {}
+unsafe impl Sync for Panels {}
+
+impl PackedB {
+    fn panels(&self) -> Panels {
+        Panels {
+            ptr: self.panels.as_ptr(),
+            k: self.k,
+            n: self.n,
+            row: NR,
+            panel: self.k * NR,
+        }
+    }
+}
+
+/// `c = a @ b` (or `c += a @ b` with `acc`), rows split across the current
+/// rayon pool for large products, each thread writing its own rows of
+/// `c`: every element is computed as on one thread, so the result does
+/// not depend on the split. The caller has checked the shapes and the CPU.
+fn split_rows(a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
     #[cfg(target_arch = "x86_64")]
     {
+        let (m, k) = a.dim();
         let threads = rayon::current_num_threads().min(m);
         if threads > 1 && m * k * b.n >= PAR_MIN_WORK {
-            // Rows split across the current rayon pool, each thread writing
-            // its own rows of `c`: every element is computed as on one
-            // thread, so the result does not depend on the split.
             use rayon::prelude::*;
             let per = m.div_ceil(threads);
             c.par_chunks_mut(per * b.n).enumerate().for_each(|(t, c)| {
@@ -125,46 +236,57 @@ pub fn gemm(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
                     &a.slice(ndarray::s![t * per..t * per + c.len() / b.n, ..]),
                     b,
                     c,
+                    acc,
                 )
             });
         } else {
-            rows(a, b, c);
+            rows(a, b, c, acc);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        unreachable!("`applies` is false off x86_64")
+        let _ = (a, b, c, acc);
+        unreachable!("`applies` and `acc_applies` are false off x86_64")
     }
 }
 
 /// Multiply-adds from which [`gemm`] splits its rows across threads.
 const PAR_MIN_WORK: usize = 1 << 20;
 
-/// [`gemm`] on the calling thread (`a`, `b`, `c` as it checked).
+/// [`split_rows`] on the calling thread.
 #[cfg(target_arch = "x86_64")]
-fn rows(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
+fn rows(a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
     let (m, k) = a.dim();
-    assert!(applies(a, b.n) && k == b.k && c.len() == m * b.n);
+    assert!(
+        available()
+            && a.strides().iter().all(|&s| s >= 0)
+            && k == b.k
+            && c.len() == m * b.n
+            && (b.row == NR || b.n.is_multiple_of(NR))
+    );
     let (rs, cs) = (a.strides()[0] as usize, a.strides()[1] as usize);
-    // SAFETY: the CPU has AVX2 and FMA (`applies`, asserted by `gemm`);
-    // `a` is an `(m, k)` view with non-negative strides `(rs, cs)`, so
-    // element `(r, kk)` lies at `a.as_ptr() + r·rs + kk·cs` for `r < m`,
-    // `kk < k`; `b.panels` holds `⌈n/16⌉` panels of `k × 16`; `c` is
-    // `m · n` long.
-    unsafe { x86::gemm(a.as_ptr(), rs, cs, m, k, b, c) }
+    // SAFETY: the CPU has AVX2 and FMA (asserted); `a` is an `(m, k)` view
+    // with non-negative strides `(rs, cs)`, so element `(r, kk)` lies at
+    // `a.as_ptr() + r·rs + kk·cs` for `r < m`, `kk < k`; `b` holds
+    // `⌈n/16⌉` panels of `k` rows of 16 at its strides (packed panels,
+    // or the rows of a view with `n` a multiple of 16); `c` is `m · n`
+    // long.
+    unsafe { x86::gemm(a.as_ptr(), rs, cs, m, k, b, c, acc) }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{PackedB, MR, NR};
+    use super::{Panels, MR, NR};
     use std::arch::x86_64::*;
 
     /// Every panel, every block of up to 6 rows.
     ///
     /// # Safety
     ///
-    /// As [`super::gemm`] checks: AVX2 and FMA, `a` valid at
-    /// `r·rs + kk·cs` for `r < m`, `kk < k`, `b.k == k`, `c.len() == m·b.n`.
+    /// As [`super::rows`] checks: AVX2 and FMA, `a` valid at
+    /// `r·rs + kk·cs` for `r < m`, `kk < k`, `b.k == k`, `b` valid for its
+    /// `⌈n/16⌉` panels of `k` rows of 16, `c.len() == m·b.n`.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn gemm(
         a: *const f32,
@@ -172,13 +294,15 @@ mod x86 {
         cs: usize,
         m: usize,
         k: usize,
-        b: &PackedB,
+        b: Panels,
         c: &mut [f32],
+        acc: bool,
     ) {
         let n = b.n;
         let np = n.div_ceil(NR);
         let blocks = m.div_ceil(MR);
-        for (p, panel) in b.panels.chunks_exact(k * NR).enumerate() {
+        for p in 0..np {
+            let panel = b.ptr.add(p * b.panel);
             let c0 = p * NR;
             let w = NR.min(n - c0);
             // The next panel's rows are fetched into the cache while this
@@ -187,7 +311,7 @@ mod x86 {
             // cache, and the hardware prefetcher only starts after the
             // first misses of each panel.
             let next = if p + 1 < np {
-                b.panels.as_ptr().add((p + 1) * k * NR)
+                b.ptr.add((p + 1) * b.panel)
             } else {
                 std::ptr::null()
             };
@@ -200,34 +324,37 @@ mod x86 {
                 let pf = if next.is_null() {
                     (next, 0)
                 } else {
-                    (next.add(lo * NR), hi - lo)
+                    (next.add(lo * b.row), hi - lo)
                 };
                 // SAFETY (each arm): rows `r0..r0 + rows` of `a` are in
                 // bounds; `out` starts at `c[r0][c0]` and reaches
-                // `c[r0 + rows - 1][c0 + w - 1]`, inside `c`; `pf` covers
-                // rows `lo..hi` of the next panel (`hi ≤ k`), or nothing.
+                // `c[r0 + rows - 1][c0 + w - 1]`, inside `c`; `panel`
+                // holds `k` rows of 16 at stride `b.row`; `pf` covers rows
+                // `lo..hi` of the next panel (`hi ≤ k`), or nothing.
                 match rows {
-                    6 => block::<6>(ap, rs, cs, panel, k, out, n, w, pf),
-                    5 => block::<5>(ap, rs, cs, panel, k, out, n, w, pf),
-                    4 => block::<4>(ap, rs, cs, panel, k, out, n, w, pf),
-                    3 => block::<3>(ap, rs, cs, panel, k, out, n, w, pf),
-                    2 => block::<2>(ap, rs, cs, panel, k, out, n, w, pf),
-                    _ => block::<1>(ap, rs, cs, panel, k, out, n, w, pf),
+                    6 => block::<6>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    5 => block::<5>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    4 => block::<4>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    3 => block::<3>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    2 => block::<2>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    _ => block::<1>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
                 }
             }
         }
     }
 
-    /// `R` rows × one panel: `out[r][..w] = Σ_kk a[r][kk] panel[kk][..w]`,
-    /// `kk` in order, one fused multiply-add per term. Meanwhile the
-    /// `pf.1` panel rows from `pf.0` on are prefetched, one per `kk`.
+    /// `R` rows × one panel: `out[r][..w] = s + Σ_kk a[r][kk] panel[kk][..w]`,
+    /// `s` zero or, with `acc`, what `out` holds; `kk` in order, one fused
+    /// multiply-add per term. Meanwhile the `pf.1` panel rows from `pf.0`
+    /// on are prefetched, one per `kk`.
     ///
     /// # Safety
     ///
     /// AVX2 and FMA; `a` valid at `r·rs + kk·cs` for `r < R`, `kk < k`;
-    /// `panel.len() == k·16`; `out` holds `(R − 1)·ldc + w` elements;
-    /// `pf.1 ≤ k` (prefetching never faults, but the address must be
-    /// computable: `pf.0` spans `pf.1` rows of 16).
+    /// `panel` valid for `k` rows of 16 at stride `ldb`; `out` holds
+    /// `(R − 1)·ldc + w` elements; `pf.1 ≤ k` (prefetching never faults,
+    /// but the address must be computable: `pf.0` spans `pf.1` rows at
+    /// stride `ldb`).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -235,22 +362,37 @@ mod x86 {
         a: *const f32,
         rs: usize,
         cs: usize,
-        panel: &[f32],
+        bp: *const f32,
+        ldb: usize,
         k: usize,
         out: &mut [f32],
         ldc: usize,
         w: usize,
         pf: (*const f32, usize),
+        acc: bool,
     ) {
-        debug_assert!(panel.len() == k * NR && out.len() >= (R - 1) * ldc + w && pf.1 <= k);
+        debug_assert!(out.len() >= (R - 1) * ldc + w && pf.1 <= k);
         let mut lo = [_mm256_setzero_ps(); MR];
         let mut hi = [_mm256_setzero_ps(); MR];
-        let bp = panel.as_ptr();
+        if acc {
+            for r in 0..R {
+                let src = &out[r * ldc..r * ldc + w];
+                let mut row = [0f32; NR];
+                let from = if w == NR {
+                    src.as_ptr()
+                } else {
+                    row[..w].copy_from_slice(src);
+                    row.as_ptr()
+                };
+                lo[r] = _mm256_loadu_ps(from);
+                hi[r] = _mm256_loadu_ps(from.add(8));
+            }
+        }
         macro_rules! term {
             ($kk:expr) => {{
                 let kk = $kk;
-                let b0 = _mm256_loadu_ps(bp.add(kk * NR));
-                let b1 = _mm256_loadu_ps(bp.add(kk * NR + 8));
+                let b0 = _mm256_loadu_ps(bp.add(kk * ldb));
+                let b1 = _mm256_loadu_ps(bp.add(kk * ldb + 8));
                 for r in 0..R {
                     let av = _mm256_set1_ps(*a.add(r * rs + kk * cs));
                     lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
@@ -259,7 +401,7 @@ mod x86 {
             }};
         }
         for kk in 0..pf.1 {
-            _mm_prefetch::<_MM_HINT_T0>(pf.0.add(kk * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(pf.0.add(kk * ldb) as *const i8);
             term!(kk);
         }
         for kk in pf.1..k {
@@ -345,6 +487,136 @@ mod tests {
         let want = reference(&a, &b.view());
         for (&got, &want) in c.iter().zip(want.iter()) {
             assert!((got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()));
+        }
+    }
+
+    /// `c0 + a @ b` one rounding per term, `k` in order: what the kernel
+    /// computes, bit for bit (`f32::mul_add` is one rounding on every CPU).
+    fn fma_chain(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c0: &[f32]) -> Vec<f32> {
+        let ((m, k), n) = (a.dim(), b.ncols());
+        let mut c = c0.to_vec();
+        for i in 0..m {
+            for j in 0..n {
+                for t in 0..k {
+                    c[i * n + j] = a[[i, t]].mul_add(b[[t, j]], c[i * n + j]);
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn the_product_is_one_fused_multiply_add_per_term_in_order() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+            return;
+        }
+        let mut seed = 7u32;
+        let mut draw = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for &(m, k, n) in &[(1, 1, 1), (7, 33, 31), (16, 144, 128), (128, 20, 5)] {
+            let a = Array2::from_shape_fn((m, k), |_| draw());
+            let b = Array2::from_shape_fn((k, n), |_| draw());
+            let mut c = vec![f32::NAN; m * n];
+            gemm(&a.view(), &PackedB::new(&b.view()), &mut c);
+            let want = fma_chain(&a.view(), &b.view(), &vec![0.0; m * n]);
+            assert_eq!(c, want, "({m}, {k}) @ ({k}, {n})");
+        }
+    }
+
+    #[test]
+    fn gemm_acc_adds_the_product_to_c_reading_b_in_place() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+            return;
+        }
+        let mut seed = 3u32;
+        let mut draw = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        // pp_prop's chunk shape (a = x̄ᵀ, more rows than `gemm` takes),
+        // single rows and columns, and a `b` whose rows are longer than
+        // `n` (a column slice of a wider matrix).
+        for &(m, k, n, wide) in &[
+            (144, 128, 128, 128),
+            (1, 1, 16, 16),
+            (7, 3, 16, 48),
+            (13, 40, 48, 53),
+            (200, 9, 32, 32),
+        ] {
+            let x = Array2::from_shape_fn((k, m), |_| draw());
+            let a = x.t();
+            let g = Array2::from_shape_fn((k, wide), |_| draw());
+            let b = g.slice(ndarray::s![.., wide - n..]);
+            assert!(acc_applies(&a, &b), "({m}, {k}) @ ({k}, {n})");
+            let c0: Vec<f32> = (0..m * n).map(|_| draw()).collect();
+            let mut c = c0.clone();
+            gemm_acc(&a, &b, &mut c);
+            assert_eq!(c, fma_chain(&a, &b, &c0), "({m}, {k}) @ ({k}, {n})");
+            let want = reference(&a, &b);
+            for (i, (&got, &w)) in c.iter().zip(want.iter()).enumerate() {
+                let w = w + c0[i] as f64;
+                assert!(
+                    (got as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "element {i}"
+                );
+            }
+            // add_product: the same bits where it runs the kernel.
+            let mut c2 = Array2::from_shape_vec((m, n), c0.clone()).unwrap();
+            add_product(&a, &b, &mut c2);
+            assert_eq!(
+                c2.as_slice().unwrap(),
+                &c[..],
+                "add_product ({m}, {k}) @ ({k}, {n})"
+            );
+        }
+        // Where it does not apply: n not a multiple of 16, b's columns
+        // strided, a with a negative stride.
+        let a = Array2::<f32>::zeros((4, 8));
+        let b = Array2::<f32>::zeros((8, 20));
+        assert!(!acc_applies(&a.view(), &b.view()));
+        let b = Array2::<f32>::zeros((8, 32));
+        assert!(!acc_applies(&a.view(), &b.slice(ndarray::s![.., ..;2])));
+        assert!(!acc_applies(&a.slice(ndarray::s![..;-1, ..]), &b.view()));
+        assert!(acc_applies(&a.view(), &b.view()));
+        // add_product falls back to matrixmultiply (and still adds).
+        let a = Array2::from_shape_fn((3, 5), |(i, j)| (i + j) as f32);
+        let b = Array2::from_shape_fn((5, 7), |(i, j)| (i * j) as f32 - 2.0);
+        let mut c = Array2::from_elem((3, 7), 1.0f32);
+        add_product(&a.view(), &b.view(), &mut c);
+        let want = reference(&a.view(), &b.view());
+        for (&got, &w) in c.iter().zip(want.iter()) {
+            assert_eq!(got as f64, w + 1.0);
+        }
+    }
+
+    #[test]
+    fn gemm_acc_rows_split_across_threads_give_the_same_bits() {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+            return;
+        }
+        let (m, k, n) = (300, 256, 64);
+        assert!(m * k * n >= PAR_MIN_WORK);
+        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
+        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
+        let c0: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut c = c0.clone();
+            pool.install(|| gemm_acc(&x.t(), &b.view(), &mut c));
+            c
+        };
+        let one = run(1);
+        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
+        for threads in [2, 3] {
+            assert_eq!(run(threads), one, "{threads} threads");
         }
     }
 

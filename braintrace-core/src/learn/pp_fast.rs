@@ -24,6 +24,7 @@
 
 use crate::error::{Error, Result};
 use crate::etp::{ElemFn, ParamType, ParamValue, Params};
+use crate::kernels::sgemm;
 use crate::tensor::{assign, copy_blocks, ArrayData, Aval, DType, Tensor};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayD, ArrayView2, ArrayViewMutD, Axis, IxDyn, LinalgScalar};
@@ -111,7 +112,24 @@ struct Acc<T> {
     grads: Vec<Array2<T>>,
 }
 
-impl<T: LinalgScalar> Acc<T> {
+/// The chunk product `∇W += x̄ᵀ g`, in place: in f32
+/// [`sgemm::add_product`] (the crate's kernel for small chunks, nothing
+/// packed or allocated), in f64 `matrixmultiply`.
+trait ChunkProduct: LinalgScalar {
+    fn add_product(a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, c: &mut Array2<Self>) {
+        general_mat_mul(Self::one(), a, b, Self::one(), c);
+    }
+}
+
+impl ChunkProduct for f64 {}
+
+impl ChunkProduct for f32 {
+    fn add_product(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut Array2<f32>) {
+        sgemm::add_product(a, b, c)
+    }
+}
+
+impl<T: ChunkProduct> Acc<T> {
     fn new(leaves: &[Leaf], i: usize, o: usize, rows: usize) -> Self {
         let cap = pp_chunk_rows(i, o, rows);
         let needs_x = leaves.iter().any(|l| l.has_input);
@@ -154,7 +172,7 @@ impl<T: LinalgScalar> Acc<T> {
         for (leaf, grad) in leaves.iter().zip(&mut self.grads) {
             if leaf.has_input {
                 let x = ArrayView2::from_shape((n, self.i), &self.x[..n * self.i]).expect("rows");
-                general_mat_mul(T::one(), &x.t(), &g, T::one(), grad);
+                T::add_product(&x.t(), &g, grad);
             } else {
                 let mut row = grad.row_mut(0);
                 for r in g.axis_iter(Axis(0)) {
