@@ -1416,12 +1416,42 @@ enum Order {
     F,
 }
 
-/// The order `a` is contiguous in (row-major preferred), if any.
+/// The order `a` is contiguous in (row-major preferred), if any: its
+/// strides are a fresh array's of its shape in that order (an axis of
+/// length 1 may have any stride; an empty array counts as row-major).
+/// Read from the shape and stride slices: `is_standard_layout` and
+/// `as_slice_memory_order` on an `IxDyn` array build stride vectors, about
+/// 350 instructions a call, and a group asked several per operand.
 fn order_of<T>(a: &ArrayD<T>) -> Option<Order> {
-    if a.is_standard_layout() {
+    let (shape, strides) = (a.shape(), a.strides());
+    let fits = |axes: &mut dyn Iterator<Item = usize>| {
+        let mut step = 1usize;
+        for i in axes {
+            if shape[i] != 1 && strides[i] != step as isize {
+                return false;
+            }
+            step *= shape[i];
+        }
+        true
+    };
+    if a.is_empty() || fits(&mut (0..shape.len()).rev()) {
         Some(Order::C)
-    } else if a.view().reversed_axes().is_standard_layout() {
+    } else if fits(&mut (0..shape.len())) {
         Some(Order::F)
+    } else {
+        None
+    }
+}
+
+/// `a`'s elements in memory order when they are contiguous (`a` in either
+/// order, or at most one element).
+fn contiguous<T>(a: &ArrayD<T>, own: Option<Order>) -> Option<&[T]> {
+    if own.is_some() || a.len() <= 1 {
+        // SAFETY: with a fresh array's strides in either order (all
+        // positive) the `a.len()` elements are the ones from `a.as_ptr()`
+        // on, each once; one element (or none) is contiguous whatever its
+        // strides. They live as long as the borrow of `a`.
+        Some(unsafe { std::slice::from_raw_parts(a.as_ptr(), a.len()) })
     } else {
         None
     }
@@ -1459,14 +1489,15 @@ fn operand<'a, T: PoolFloat>(
 /// The elements of `a` in `order`: borrowed when `a` is contiguous in that
 /// order, copied otherwise.
 fn elements<T: Copy>(a: &ArrayD<T>, order: Order) -> Cow<'_, [T]> {
-    if order_of(a) == Some(order) || a.len() <= 1 {
-        if let Some(s) = a.as_slice_memory_order() {
+    let own = order_of(a);
+    if own == Some(order) || a.len() <= 1 {
+        if let Some(s) = contiguous(a, own) {
             return Cow::Borrowed(s);
         }
     }
     // A 2-D array contiguous in the other order: a blocked transpose.
     if a.ndim() == 2 {
-        if let Some(s) = a.as_slice_memory_order() {
+        if let Some(s) = contiguous(a, own) {
             let (r, c) = (a.shape()[0], a.shape()[1]);
             // Column-major r x c is row-major c x r, and vice versa.
             return Cow::Owned(match order {
@@ -1570,18 +1601,6 @@ fn run_fused<T: PoolFloat>(
         Order::C
     };
     let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
-    let kernels: Vec<Option<&dyn Elementwise>> = f
-        .ops
-        .iter()
-        .map(|op| {
-            (op.kind == OpKind::Eqn).then(|| {
-                g.eqns[op.eqn]
-                    .prim
-                    .elementwise()
-                    .expect("only element-wise equations are fused")
-            })
-        })
-        .collect();
     let block = BLOCK.min(f.size.max(1));
     let mut bufs = std::mem::take(T::scratch(pool));
     if bufs.len() < f.nbufs {
@@ -1610,7 +1629,7 @@ fn run_fused<T: PoolFloat>(
         for (row, &(_, b)) in rows.iter().zip(&f.rows) {
             fill_row(&mut bufs[b][..len], row, start, f.size, order);
         }
-        for (op, k) in f.ops.iter().zip(&kernels) {
+        for op in &f.ops {
             // The destination is moved out of its list for the call (it is
             // never one of the operands), and back.
             let (mut dst, at) = match op.dst {
@@ -1628,11 +1647,16 @@ fn run_fused<T: PoolFloat>(
                     };
                 }
                 let out = &mut dst[at..at + len];
-                match (op.kind, k) {
-                    (OpKind::Eqn, Some(k)) => T::block(*k, &ins[..op.operands.len()], out),
-                    (OpKind::MulAdd, _) => mul_add_block(ins[0], ins[1], ins[2], out),
-                    (OpKind::ScaleAdd(s), _) => scale_add_block(s, ins[0], ins[1], out),
-                    (OpKind::Eqn, None) => unreachable!("an equation's op has its kernel"),
+                match op.kind {
+                    OpKind::Eqn => {
+                        let k = g.eqns[op.eqn]
+                            .prim
+                            .elementwise()
+                            .expect("only element-wise equations are fused");
+                        T::block(k, &ins[..op.operands.len()], out)
+                    }
+                    OpKind::MulAdd => mul_add_block(ins[0], ins[1], ins[2], out),
+                    OpKind::ScaleAdd(s) => scale_add_block(s, ins[0], ins[1], out),
                 }
             }
             match op.dst {
@@ -2358,6 +2382,70 @@ mod tests {
             .map(|v| (0.5 - v * 0.5).exp())
             .collect();
         assert_eq!(got[0].to_vec_f64().unwrap(), want);
+    }
+
+    /// The stride-slice `order_of` agrees with ndarray's own layout checks
+    /// (row-major: `is_standard_layout`; column-major: the reversed view's),
+    /// and `elements` returns every element in the asked order, on row- and
+    /// column-major, sliced (keeping their strides, length-1 axes
+    /// included), permuted and empty arrays.
+    #[test]
+    fn order_of_agrees_with_ndarray_and_elements_walk_in_order() {
+        use ndarray::{s, ShapeBuilder, SliceInfoElem};
+        let base = ArrayD::from_shape_fn(IxDyn(&[3, 4, 5]), |ix| {
+            (ix[0] * 100 + ix[1] * 10 + ix[2]) as f64
+        });
+        let f = ArrayD::from_shape_vec(IxDyn(&[3, 4, 5]).f(), base.t().iter().copied().collect())
+            .unwrap();
+        let cut = |a: &ArrayD<f64>, info: &[SliceInfoElem]| {
+            let mut a = a.clone();
+            a.slice_collapse(info);
+            a
+        };
+        let cases = [
+            base.clone(),
+            f.clone(),
+            cut(&base, s![.., 1..3, ..].as_ref()),
+            cut(&base, s![.., 1..2, ..].as_ref()),
+            cut(&base, s![..;2, .., 3..4].as_ref()),
+            cut(&base, s![1..2, .., ..].as_ref()),
+            cut(&base, s![1..2, 2..3, 3..4].as_ref()),
+            cut(&f, s![.., .., 2..3].as_ref()),
+            cut(&f, s![.., 1..3, ..].as_ref()),
+            base.clone().permuted_axes(vec![1, 0, 2]),
+            base.clone().permuted_axes(vec![2, 1, 0]),
+            ArrayD::zeros(IxDyn(&[0, 3])),
+            ArrayD::zeros(IxDyn(&[1, 1])),
+        ];
+        let mut seen = [0; 3];
+        for a in &cases {
+            let want = if a.is_standard_layout() {
+                Some(Order::C)
+            } else if a.view().reversed_axes().is_standard_layout() {
+                Some(Order::F)
+            } else {
+                None
+            };
+            seen[want.map_or(2, |o| o as usize)] += 1;
+            let got = order_of(a);
+            assert_eq!(got, want, "{:?} strides {:?}", a.shape(), a.strides());
+            let row: Vec<f64> = a.iter().copied().collect();
+            let col: Vec<f64> = a.t().iter().copied().collect();
+            assert_eq!(
+                elements(a, Order::C).as_ref(),
+                &row[..],
+                "{:?}",
+                a.strides()
+            );
+            assert_eq!(
+                elements(a, Order::F).as_ref(),
+                &col[..],
+                "{:?}",
+                a.strides()
+            );
+        }
+        // Every kind of answer was checked.
+        assert!(seen.iter().all(|&n| n >= 2), "{seen:?}");
     }
 
     #[test]
