@@ -429,6 +429,23 @@ mod tests {
     use super::*;
     use ndarray::{Array2, ShapeBuilder};
 
+    /// Whether the kernel runs on this CPU (tests of it are skipped, with a
+    /// message, where it never runs).
+    fn kernel_here() -> bool {
+        if !available() {
+            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+        }
+        available()
+    }
+
+    /// Deterministic values in `[-0.5, 0.5)` (a 32-bit LCG from `seed`).
+    fn draws(mut seed: u32) -> impl FnMut() -> f32 {
+        move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        }
+    }
+
     /// `a @ b` as the definition, in f64.
     fn reference(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>) -> Array2<f64> {
         let ((m, k), n) = (a.dim(), b.ncols());
@@ -439,15 +456,10 @@ mod tests {
 
     #[test]
     fn the_kernel_is_the_product_for_every_row_block_and_panel_width() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+        if !kernel_here() {
             return;
         }
-        let mut seed = 1u32;
-        let mut draw = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut draw = draws(1);
         for &(m, k, n) in &[
             (1, 1, 1),
             (5, 3, 17),
@@ -507,15 +519,10 @@ mod tests {
 
     #[test]
     fn the_product_is_one_fused_multiply_add_per_term_in_order() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+        if !kernel_here() {
             return;
         }
-        let mut seed = 7u32;
-        let mut draw = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut draw = draws(7);
         for &(m, k, n) in &[(1, 1, 1), (7, 33, 31), (16, 144, 128), (128, 20, 5)] {
             let a = Array2::from_shape_fn((m, k), |_| draw());
             let b = Array2::from_shape_fn((k, n), |_| draw());
@@ -528,15 +535,10 @@ mod tests {
 
     #[test]
     fn gemm_acc_adds_the_product_to_c_reading_b_in_place() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+        if !kernel_here() {
             return;
         }
-        let mut seed = 3u32;
-        let mut draw = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
+        let mut draw = draws(3);
         // pp_prop's chunk shape (a = x̄ᵀ, more rows than `gemm` takes),
         // single rows and columns, and a `b` whose rows are longer than
         // `n` (a column slice of a wider matrix).
@@ -594,59 +596,51 @@ mod tests {
     }
 
     #[test]
-    fn gemm_acc_rows_split_across_threads_give_the_same_bits() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
+    fn rows_split_across_threads_give_the_same_bits() {
+        if !kernel_here() {
             return;
         }
-        let (m, k, n) = (300, 256, 64);
-        assert!(m * k * n >= PAR_MIN_WORK);
-        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
-        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
-        let c0: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 - 2.0).collect();
-        let run = |threads: usize| {
+        let on = |threads: usize, f: &(dyn Fn() -> Vec<f32> + Sync)| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let mut c = c0.clone();
-            pool.install(|| gemm_acc(&x.t(), &b.view(), &mut c));
-            c
+            pool.install(f)
         };
-        let one = run(1);
-        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
-        for threads in [2, 3] {
-            assert_eq!(run(threads), one, "{threads} threads");
-        }
-    }
-
-    #[test]
-    fn rows_split_across_threads_give_the_same_bits() {
-        if !available() {
-            eprintln!("skipped: this CPU has no AVX2/FMA (the kernel never runs here)");
-            return;
-        }
+        // gemm: c = a @ b on packed panels.
         let (m, k, n) = (64, 528, 100);
         assert!(m * k * n >= PAR_MIN_WORK);
         let a = Array2::from_shape_fn((m, k), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
         let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
         let panels = PackedB::new(&b.view());
-        let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+        let run = || {
             let mut c = vec![0f32; m * n];
-            pool.install(|| gemm(&a.view(), &panels, &mut c));
+            gemm(&a.view(), &panels, &mut c);
             c
         };
-        let one = run(1);
+        let one = on(1, &run);
         for threads in [2, 3, 5] {
-            assert_eq!(run(threads), one, "{threads} threads");
+            assert_eq!(on(threads, &run), one, "gemm, {threads} threads");
         }
         let want = reference(&a.view(), &b.view());
         for (&got, &want) in one.iter().zip(want.iter()) {
             assert!((got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()));
+        }
+        // gemm_acc: c += xᵀ @ b with b in place, more rows than gemm takes.
+        let (m, k, n) = (300, 256, 64);
+        assert!(m * k * n >= PAR_MIN_WORK);
+        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
+        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
+        let c0: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let run = || {
+            let mut c = c0.clone();
+            gemm_acc(&x.t(), &b.view(), &mut c);
+            c
+        };
+        let one = on(1, &run);
+        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
+        for threads in [2, 3] {
+            assert_eq!(on(threads, &run), one, "gemm_acc, {threads} threads");
         }
     }
 
