@@ -151,12 +151,18 @@ fn pp_dense_accumulation_equals_the_rules() {
 
 #[test]
 fn pp_dense_accumulation_in_f32_agrees_with_f64() {
-    learn_support::assert_learner_f32_matches_f64(
-        || GruNet::new(3, 6, 2),
-        || PpProp::new(0.9).unwrap().into(),
-        Some(2),
-        40,
-        (&[2, 3], &[2, 2]),
-        |_| {},
-    );
+    // Hidden 6: the chunk product runs on matrixmultiply; hidden 16 and
+    // 32 (one and two column panels of 16): on the crate's kernel
+    // (`sgemm::add_product` picks `gemm_acc`; 64-row chunks, 40 steps of
+    // batch 2 flush a full chunk and a partial one).
+    for n_rec in [6, 16, 32] {
+        learn_support::assert_learner_f32_matches_f64(
+            || GruNet::new(3, n_rec, 2),
+            || PpProp::new(0.9).unwrap().into(),
+            Some(2),
+            40,
+            (&[2, 3], &[2, 2]),
+            |_| {},
+        );
+    }
 }
