@@ -34,9 +34,17 @@ impl TraceFloor {
     pub fn new(n_in: usize, n_rec: usize, batch: usize) -> Self {
         let (b, i, o) = (batch, n_in + n_rec, n_rec);
         let n = b * i * o;
+        // Huge pages where the OS grants them, as the learner's traces
+        // (advised before the first write).
+        let trace = |v: f32| {
+            let mut t = vec![0f32; n];
+            braintrace::kernels::pages::advise_huge(&mut t);
+            t.fill(v);
+            t
+        };
         TraceFloor {
             dims: (b, i, o),
-            traces: [vec![0.5; n], vec![0.25; n]],
+            traces: [trace(0.5), trace(0.25)],
             grads: [vec![0.0; i * o], vec![0.0; i * o]],
             d: vec![0.9; b * o],
             f: vec![0.1; b * o],

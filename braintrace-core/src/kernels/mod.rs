@@ -4,6 +4,7 @@ pub(crate) mod broadcast;
 pub mod conv;
 pub mod fastmath;
 pub mod gather;
+pub mod pages;
 pub(crate) mod reduce;
 pub mod sgemm;
 

@@ -25,6 +25,7 @@
 
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params};
+use crate::kernels::pages;
 use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, ArrayElement, Aval, DType, Tensor};
 use num_traits::Float;
@@ -408,12 +409,20 @@ pub(crate) struct FastTrace {
 }
 
 /// Zeros, allocated lazily by the OS (`calloc`): a large trace costs
-/// nothing until the first step writes it.
+/// nothing until the first step writes it, and is then backed by huge
+/// pages where the OS grants them ([`pages::advise_huge`]).
 fn zeros(dtype: DType, shape: &[usize]) -> Result<ArrayData> {
+    fn advised<T: Clone + num_traits::Zero>(dim: ndarray::IxDyn) -> ndarray::ArrayD<T> {
+        let mut a = ndarray::ArrayD::zeros(dim);
+        if let Some(s) = a.as_slice_memory_order_mut() {
+            pages::advise_huge(s);
+        }
+        a
+    }
     let dim = ndarray::IxDyn(shape);
     match dtype {
-        DType::F32 => Ok(ArrayData::F32(ndarray::ArrayD::zeros(dim))),
-        DType::F64 => Ok(ArrayData::F64(ndarray::ArrayD::zeros(dim))),
+        DType::F32 => Ok(ArrayData::F32(advised(dim))),
+        DType::F64 => Ok(ArrayData::F64(advised(dim))),
         other => Err(Error::dtype(
             "D-RTRL fused dense kernel",
             format!("traces must be f32 or f64, got {other:?}"),
