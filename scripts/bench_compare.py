@@ -23,6 +23,14 @@ process and the same minutes), the columns use that one instead
 machine a floor timed minutes apart can be off by more than the ratio
 itself.
 
+A configuration may appear several times in both files (``REPEAT=N
+scripts/bench_ref/side_by_side.sh`` runs ours and the reference N times
+in turn): the k-th line of ours and the k-th of the reference are a pair,
+measured seconds apart. The table then shows each column's median over
+the lines (peak RSS: the largest), the speed-ups as the median of the
+pairs' ratios (a ratio within a pair is not moved by the machine's speed
+drifting between pairs), and the number of pairs.
+
     python3 scripts/bench_compare.py rs.jsonl ref.jsonl
     python3 scripts/bench_compare.py --markdown rs.jsonl ref.jsonl
     python3 scripts/bench_compare.py --floor floor.jsonl rs.jsonl ref.jsonl
@@ -52,8 +60,37 @@ def load(path):
             missing = [k for k in KEY + ("ms_per_step",) if k not in r]
             if missing:
                 sys.exit(f"{path}:{n}: missing {', '.join(missing)}")
-            rows[tuple(r[k] for k in KEY)] = r
+            rows.setdefault(tuple(r[k] for k in KEY), []).append(r)
     return rows
+
+
+def median(vs):
+    vs = sorted(v for v in vs if v is not None)
+    if not vs:
+        return None
+    m = len(vs) // 2
+    return vs[m] if len(vs) % 2 else (vs[m - 1] + vs[m]) / 2
+
+
+def merged(rs):
+    """One line of a configuration's lines: the median of every measured
+    value (the largest peak RSS, the fewest steps timed), the settings
+    from the first line."""
+    out = dict(rs[0])
+    for k, v in rs[0].items():
+        vals = [x for x in (r.get(k) for r in rs) if x is not None]
+        if k == "steps_timed":
+            out[k] = min(vals)
+        elif k == "peak_rss_mb":
+            out[k] = max(vals)
+        elif isinstance(v, float):
+            out[k] = median(vals)
+    return out
+
+
+def paired(os_, rs, field):
+    """The median over pairs of ref / ours for ``field``."""
+    return median(ratio(r.get(field), o.get(field)) for o, r in zip(os_, rs))
 
 
 def load_floors(path):
@@ -101,29 +138,35 @@ def main(argv=None):
     order = {"gru": 0, "lif": 1, "d_rtrl": 0, "pp_prop": 1}
     keys = sorted(set(ours) & set(ref),
                   key=lambda k: (order.get(k[0], 9), k[0], order.get(k[1], 9), k[1]) + k[2:])
-    name_o = next(iter(ours.values()), {}).get("impl", "ours")
-    name_r = next(iter(ref.values()), {}).get("impl", "ref")
+    name_o = next(iter(ours.values()), [{}])[0].get("impl", "ours")
+    name_r = next(iter(ref.values()), [{}])[0].get("impl", "ref")
+    pairs = {k: min(len(ours[k]), len(ref[k])) for k in keys}
+    repeated = any(n > 1 for n in pairs.values())
 
     head = ["model", "algo", "hidden x batch", "T",
             "ms/step ours", "ms/step ref", "speed-up",
             "cpu ms/step ours", "cpu ms/step ref", "cpu speed-up",
             "compile ms ours", "compile ms ref", "RSS MiB ours", "RSS MiB ref",
             "steps timed ours"]
+    if repeated:
+        head += ["pairs"]
     if floors is not None:
         head += ["floor ms", "ours / floor"]
     lines = []
     for k in keys:
-        o, r = ours[k], ref[k]
+        o, r = merged(ours[k]), merged(ref[k])
         lines.append([
             k[0], k[1], f"{k[3]} x {k[5]}", str(k[6]),
             fmt(o["ms_per_step"], ".4g"), fmt(r["ms_per_step"], ".4g"),
-            times(ratio(r["ms_per_step"], o["ms_per_step"])),
+            times(paired(ours[k], ref[k], "ms_per_step")),
             fmt(o.get("cpu_ms_per_step"), ".4g"), fmt(r.get("cpu_ms_per_step"), ".4g"),
-            times(ratio(r.get("cpu_ms_per_step"), o.get("cpu_ms_per_step"))),
+            times(paired(ours[k], ref[k], "cpu_ms_per_step")),
             fmt(o.get("compile_ms"), ".1f"), fmt(r.get("compile_ms"), ".1f"),
             fmt(o.get("peak_rss_mb"), ".1f"), fmt(r.get("peak_rss_mb"), ".1f"),
             str(o.get("steps_timed", k[6])),
         ])
+        if repeated:
+            lines[-1] += [str(pairs[k])]
         if floors is not None:
             if o.get("vs_floor") is not None:
                 lines[-1] += [fmt(o.get("floor_cpu_ms_per_step"), ".4g") + " (alt)",

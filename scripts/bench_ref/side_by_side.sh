@@ -12,8 +12,13 @@
 # `--all-cores`; compare wall time (`ms_per_step`) then, since CPU time
 # adds up over threads.
 #
+# REPEAT=N runs each configuration's pair (ours, then the reference) N
+# times in turn; the table shows medians and the median of the pairs'
+# ratios (scripts/bench_compare.py), so one slow moment of this shared
+# machine moves one pair, not the comparison.
+#
 # Environment: BT_PYTHON (default /work/venv-bt/bin/python), CPU (default 0),
-# THREADS (default 1),
+# THREADS (default 1), REPEAT (default 1),
 # MODELS, ALGOS, NRECS, BATCHES (space-separated; default the full grid),
 # BENCH_QUICK=1 for a smoke run (hidden 32, batch 4, T 5).
 set -euo pipefail
@@ -30,6 +35,7 @@ else
     NRECS="${NRECS:-128 512}" BATCHES="${BATCHES:-16 64}" T=100
 fi
 THREADS="${THREADS:-1}"
+REPEAT="${REPEAT:-1}"
 PIN=()
 REF_CORES=(--cpu "${CPU}")
 FLOOR=()
@@ -54,7 +60,7 @@ mkdir -p "${OUT}"
 {
     date -u +"start %FT%TZ"
     git rev-parse HEAD
-    echo "threads ${THREADS}"
+    echo "threads ${THREADS} repeat ${REPEAT}"
     uptime
 } >"${OUT}/meta.txt"
 for model in ${MODELS}; do
@@ -62,12 +68,14 @@ for model in ${MODELS}; do
         for n in ${NRECS}; do
             for b in ${BATCHES}; do
                 args=(--model "${model}" --algo "${algo}" --n-rec "${n}" --batch "${b}" --T "${T}")
-                echo "== ${args[*]}  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-                "${PIN[@]}" "${RS}" "${args[@]}" --threads "${THREADS}" "${FLOOR[@]}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
-                    echo "braintrace-rs failed: ${args[*]}" >&2
-                "${PY}" scripts/bench_ref/bench_learn_ref.py "${REF_CORES[@]}" "${args[@]}" \
-                    >>"${OUT}/ref.jsonl" 2>/dev/null ||
-                    echo "reference failed: ${args[*]}" >&2
+                for ((r = 1; r <= REPEAT; r++)); do
+                    echo "== ${args[*]}  [${r}/${REPEAT}]  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+                    "${PIN[@]}" "${RS}" "${args[@]}" --threads "${THREADS}" "${FLOOR[@]}" >>"${OUT}/rs.jsonl" 2>/dev/null ||
+                        echo "braintrace-rs failed: ${args[*]}" >&2
+                    "${PY}" scripts/bench_ref/bench_learn_ref.py "${REF_CORES[@]}" "${args[@]}" \
+                        >>"${OUT}/ref.jsonl" 2>/dev/null ||
+                        echo "reference failed: ${args[*]}" >&2
+                done
             done
         done
     done
