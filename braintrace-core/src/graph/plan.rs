@@ -326,9 +326,8 @@ impl Plan {
                 None => {
                     let (inputs, kernel) = match weight_t.get(&i) {
                         Some(&w) => {
-                            panel_slots += 1;
                             let kernel = Kernel::Matmul {
-                                panels: Some(panel_slots - 1),
+                                panels: Some(next_slot(&mut panel_slots)),
                                 transposed: true,
                             };
                             (vec![(e.inputs[0], false), (w, false)], kernel)
@@ -923,10 +922,7 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
     if planned_matmul(g, i) {
         let right = e.inputs[1];
         let kept = g.invars.contains(&right) || g.constvars.contains(&right);
-        let panels = kept.then(|| {
-            *panel_slots += 1;
-            *panel_slots - 1
-        });
+        let panels = kept.then(|| next_slot(panel_slots));
         return Kernel::Matmul {
             panels,
             transposed: false,
@@ -963,6 +959,12 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
         return Kernel::Reshape;
     }
     Kernel::Eval
+}
+
+/// The next free slot of [`Pool::panels`] (`slots` counts those taken).
+fn next_slot(slots: &mut usize) -> usize {
+    *slots += 1;
+    *slots - 1
 }
 
 /// Whether equation `i` is a product the plan runs itself
