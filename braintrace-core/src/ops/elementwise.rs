@@ -187,7 +187,7 @@ fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
     }
 }
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `op` over one block (the fused executor's kernel); the same element
     /// functions as [`map_unary`].
     fn unary_block<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) => unary_loop
@@ -212,7 +212,7 @@ fn unary_loop<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) {
     )
 }
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `op` over one f32 block, as [`map_unary_f32`].
     fn unary_block_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) => unary_loop_f32
 );
@@ -445,7 +445,7 @@ fn zip_binary<T: Float>(op: BinaryOp, a: &ArrayD<T>, b: &ArrayD<T>, shape: &[usi
     arms!(Add, Sub, Mul, Div, Max, Min, Pow)
 }
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `a·b + c` over one block: a `mul` whose only reader is an `add`,
     /// fused by the planned executor. The product is rounded before the
     /// sum (no fused multiply-add), so the bits are those of the two ops.
@@ -459,7 +459,7 @@ fn mul_add_loop<T: Float>(a: &[T], b: &[T], c: &[T], out: &mut [T]) {
     }
 }
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `a·s + c` over one block: a `mul_scalar` whose only reader is an
     /// `add`, fused by the planned executor; `s` converts as in
     /// [`scalar_block`], and the bits are those of the two ops.
@@ -479,7 +479,7 @@ fn scale_add_loop<T: Float>(value: f64, a: &[T], c: &[T], out: &mut [T]) {
 #[derive(Clone, Debug)]
 pub struct Binary(pub BinaryOp);
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `op` over one block (the fused executor's kernel).
     fn binary_block<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) => binary_loop
 );
@@ -772,7 +772,7 @@ fn map_scalar<T: Float>(op: ScalarOp, value: f64, a: &ArrayD<T>) -> ArrayD<T> {
     }
 }
 
-avx2_dispatch!(
+avx2_dispatch!(avx512:
     /// `op` with a scalar over one block (the fused executor's kernel), as
     /// [`map_scalar`].
     fn scalar_block<T: Float>(op: ScalarOp, value: f64, a: &[T], out: &mut [T]) => scalar_loop
@@ -1239,7 +1239,7 @@ mod tests {
         }
     }
 
-    /// The dispatched block kernels (AVX2 where the CPU has it) give the
+    /// The dispatched block kernels (AVX-512 or AVX2 where the CPU has it) give the
     /// same bits as the plain loops, for every op, in f32 and f64, on a
     /// length that is not a multiple of the vector width. (On a CPU without
     /// AVX2 both sides run the same code.)
