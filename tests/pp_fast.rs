@@ -136,6 +136,8 @@ fn pp_dense_accumulation_equals_the_rules() {
     ] {
         // 100 steps of batch 3: 300 rows, more than one chunk.
         check(|| GruNet::new(3, 5, 2), 3, 3, base, 100);
+        // Batch 32: a chunk of two steps, so a product per step instead.
+        check(|| GruNet::new(3, 5, 2), 32, 3, base, 5);
         check(|| GruNet::new(2, 4, 3), 1, 2, base, 7);
         // Two states per group.
         check(|| LifNet::new(3, 5, 2, 0.8, 0.6, 0.3, 0.8), 2, 3, base, 9);

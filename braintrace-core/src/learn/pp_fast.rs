@@ -11,7 +11,9 @@
 //! runs one product per chunk, into the gradient: at a hidden size of 128
 //! and batch 16 that replaces a `144×16 · 16×128` product, a fresh
 //! `144×128` gradient and its addition per step with a `144×128 · 128×128`
-//! product every 8 steps.
+//! product every 8 steps. Where a chunk would hold at most two steps
+//! (hidden 128, batch 64), each step's product runs on the step's own rows
+//! instead, with nothing copied.
 //!
 //! With an element-wise weight or bias transform `f`, each step's term is
 //! multiplied by `f'(W)`; `W` is constant within a call, so the learner
@@ -106,6 +108,9 @@ struct Acc<T> {
     o: usize,
     cap: usize,
     n: usize,
+    /// Whether each step's product runs on the step's own rows (see
+    /// [`Acc::push`]) instead of gathering a chunk.
+    direct: bool,
     x: Vec<T>,
     g: Vec<T>,
     /// Per leaf: `(I, O)` or `(1, O)`.
@@ -133,11 +138,16 @@ impl<T: ChunkProduct> Acc<T> {
     fn new(leaves: &[Leaf], i: usize, o: usize, rows: usize) -> Self {
         let cap = pp_chunk_rows(i, o, rows);
         let needs_x = leaves.iter().any(|l| l.has_input);
+        // A chunk of at most two steps saves little over a product per
+        // step, and the copies into it cost more (GRU pp_prop, hidden 128,
+        // batch 64: 207 KB a step).
+        let direct = cap < 3 * rows;
         Acc {
             i,
             o,
             cap,
             n: 0,
+            direct,
             x: if needs_x {
                 vec![T::zero(); cap * i]
             } else {
@@ -151,8 +161,24 @@ impl<T: ChunkProduct> Acc<T> {
         }
     }
 
+    /// Add a step's rows: into the chunk (its product runs when the
+    /// chunk is full), or, for a [`direct`](Acc::direct) accumulator whose
+    /// operands lie in row-major order, straight into the gradients. The
+    /// same products either way: each element of `∇W` gets one more term
+    /// per row, in row order (with the crate's kernel, one fused
+    /// multiply-add each, so the same bits).
     fn push(&mut self, leaves: &[Leaf], x: Option<&ArrayD<T>>, g: &ArrayD<T>) {
         let rows = g.len() / self.o.max(1);
+        if self.direct && self.n == 0 {
+            let x = match x.filter(|_| !self.x.is_empty()) {
+                Some(x) => x.as_slice().map(Some),
+                None => Some(None),
+            };
+            if let (Some(x), Some(g)) = (x, g.as_slice()) {
+                self.product(leaves, x, g, rows);
+                return;
+            }
+        }
         if self.n + rows > self.cap {
             self.flush(leaves);
         }
@@ -168,10 +194,21 @@ impl<T: ChunkProduct> Acc<T> {
         if n == 0 {
             return;
         }
-        let g = ArrayView2::from_shape((n, self.o), &self.g[..n * self.o]).expect("rows");
+        let (x, g) = (std::mem::take(&mut self.x), std::mem::take(&mut self.g));
+        let xs = (!x.is_empty()).then(|| &x[..n * self.i]);
+        self.product(leaves, xs, &g[..n * self.o], n);
+        (self.x, self.g) = (x, g);
+        self.n = 0;
+    }
+
+    /// `∇W += x̄ᵀ g` (and `∇b += Σ_rows g`) over `n` rows of `x` `(n, I)`
+    /// (`None` without an input) and `g` `(n, O)`, both row-major.
+    fn product(&mut self, leaves: &[Leaf], x: Option<&[T]>, g: &[T], n: usize) {
+        let g = ArrayView2::from_shape((n, self.o), g).expect("rows");
         for (leaf, grad) in leaves.iter().zip(&mut self.grads) {
             if leaf.has_input {
-                let x = ArrayView2::from_shape((n, self.i), &self.x[..n * self.i]).expect("rows");
+                let x = x.expect("a relation with an input keeps x̄");
+                let x = ArrayView2::from_shape((n, self.i), x).expect("rows");
                 T::add_product(&x.t(), &g, grad);
             } else {
                 let mut row = grad.row_mut(0);
@@ -180,7 +217,6 @@ impl<T: ChunkProduct> Acc<T> {
                 }
             }
         }
-        self.n = 0;
     }
 
     fn take(&mut self, leaves: &[Leaf]) -> Vec<ArrayD<T>> {
@@ -332,8 +368,57 @@ impl PpDense {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_rows;
-    use ndarray::{ArrayD, IxDyn};
+    use super::{copy_rows, Acc, Leaf};
+    use crate::kernels::sgemm;
+    use ndarray::{ArrayD, IxDyn, ShapeBuilder};
+
+    /// A direct accumulator (a product per step) gives the chunked one's
+    /// gradients: the same bits where the chunk product runs on the
+    /// crate's kernel, one multiply-add per row in row order either way.
+    /// A step whose signal is column-major goes through the chunk.
+    #[test]
+    fn direct_steps_give_the_chunks_gradients() {
+        let leaves = [
+            Leaf {
+                param: 0,
+                has_input: true,
+                transform: None,
+            },
+            Leaf {
+                param: 1,
+                has_input: false,
+                transform: None,
+            },
+        ];
+        let (i, o, rows) = (20, 32, 24);
+        let mut direct = Acc::<f32>::new(&leaves, i, o, rows);
+        assert!(direct.direct, "a chunk of {} rows", direct.cap);
+        let mut chunked = Acc::<f32>::new(&leaves, i, o, rows);
+        chunked.direct = false;
+        let mut seed = 5u32;
+        let mut draw = move |shape: &[usize], f: bool| {
+            ArrayD::from_shape_fn(IxDyn(shape).set_f(f), |_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+        };
+        for step in 0..7 {
+            let x = draw(&[rows, i], false);
+            let g = draw(&[rows, o], step == 3);
+            direct.push(&leaves, Some(&x), &g);
+            chunked.push(&leaves, Some(&x), &g);
+        }
+        let (got, want) = (direct.take(&leaves), chunked.take(&leaves));
+        for (got, want) in got.iter().zip(&want) {
+            if sgemm::available() {
+                assert_eq!(got, want);
+            } else {
+                for (a, b) in got.iter().zip(want) {
+                    assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+                }
+            }
+        }
+    }
 
     /// Row-major, column-major and permuted 3-D sources all land in `dst`
     /// in row-major order (checked against an index loop).
