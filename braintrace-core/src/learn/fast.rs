@@ -1092,11 +1092,15 @@ fn run_typed<'o, T: KernelFloat>(
     let name = kernel.name();
     let (e, grad) = (slice_mut::<T>(name, e)?, slice_mut::<T>(name, grad)?);
     let borrow = |a: &'o ArrayData| slice::<T>(name, a);
+    // Tiny operands flushed as the traces are (see `flush`): copies, only
+    // when an operand has a tiny element.
+    let mut kept = [Vec::new(), Vec::new(), Vec::new()];
+    let [kd, kdf, kg] = &mut kept;
     let ops = Operands {
         x: ops.x.map(borrow).transpose()?,
-        d: borrow(ops.d)?,
-        df: borrow(ops.df)?,
-        g: ops.g.map(borrow).transpose()?,
+        d: flushed(borrow(ops.d)?, kd),
+        df: flushed(borrow(ops.df)?, kdf),
+        g: ops.g.map(borrow).transpose()?.map(|g| flushed(g, kg)),
         scale: ops.scale.map(borrow).transpose()?,
     };
     match kernel {
@@ -1180,17 +1184,8 @@ fn fused<T: Float + Send + Sync>(
     if batch == 0 || ni == 0 || no == 0 || s == 0 {
         return;
     }
-    // Tiny operands flushed too (see `flush`): copies, only when an
-    // operand has a tiny element.
-    let mut kept = [Vec::new(), Vec::new(), Vec::new()];
-    let [kd, kdf, kg] = &mut kept;
     let ops = Operands {
-        d: flushed(ops.d, kd),
-        df: flushed(ops.df, kdf),
-        g: ops
-            .g
-            .filter(|_| solve != Solve::None)
-            .map(|g| flushed(g, kg)),
+        g: ops.g.filter(|_| solve != Solve::None),
         ..ops
     };
     let blocks = threads.clamp(1, ni);
@@ -1521,8 +1516,8 @@ fn row_any<T: Float>(
 /// 1.45× the flushing CPU: the products `D·ε` and `g·ε` of small normal
 /// values are subnormal themselves. Below `√(smallest normal)` no
 /// product of two operands that both passed this flush is subnormal.
-/// The dense fused trace kernels flush the traces they write and their
-/// operands `D`, `Df` and `g` ([`flushed`]). XLA on the CPU runs with
+/// The fused trace kernels (dense and sparse) flush the traces they
+/// write and their operands `D`, `Df` and `g` ([`flushed`]). XLA on the CPU runs with
 /// subnormals flushed to zero; values this small are far below the
 /// resolution of any sum they enter (f32: 1e-19 against gradients of
 /// order 1e-3 and a relative precision of 1e-7). A compare and a select
@@ -1633,7 +1628,7 @@ fn sparse_block<T: Float>(
                     None => xr * dfb[c],
                 };
                 let old = *ev;
-                let v = db[c] * old + inst;
+                let v = flush(db[c] * old + inst);
                 if let Some(gb) = gb {
                     let src = if solve == Solve::Before { old } else { v };
                     *gr = *gr + gb[c] * src;
@@ -1656,7 +1651,7 @@ fn sparse_block<T: Float>(
                     Some(sc) => xr * fv[a] * sc[j],
                     None => xr * fv[a],
                 };
-                *nv = v + inst;
+                *nv = flush(v + inst);
             }
             if let Some(gb) = gb {
                 let src: &[T] = if solve == Solve::Before { ep } else { &new };
@@ -1724,6 +1719,67 @@ mod tests {
             }
         }
         assert!(row.iter().all(|&v| v == 0.0), "{row:?}");
+        // The sparse loop, one and two states per stored entry, with a
+        // tiny operand in `D` (flushed when the operands are borrowed).
+        for s in [1, 2] {
+            let (no, nnz, n_in) = (3, 5, 4);
+            let sp = SparseIdx {
+                rows: vec![0, 1, 1, 2, 3],
+                cols: vec![0, 2, 1, 0, 2],
+                n_in,
+            };
+            let dims = SpDims {
+                batch: 1,
+                nnz,
+                n_in,
+                o: no,
+                s,
+            };
+            let mut d = vec![0.6f32 / s as f32; no * s * s];
+            d[0] = 1e-30;
+            let (df, g, x) = (
+                vec![0.0f32; no * s],
+                vec![1e-3f32; no * s],
+                vec![1.0f32; n_in],
+            );
+            let stored = |v: &[f32]| {
+                ArrayData::F32(
+                    ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[v.len()]), v.to_vec())
+                        .unwrap(),
+                )
+            };
+            let (d, df, g, x) = (stored(&d), stored(&df), stored(&g), stored(&x));
+            let mut e = stored(&vec![1.0f32; nnz * s]);
+            let mut grad = stored(&vec![0.0f32; nnz]);
+            for step in 0..300 {
+                let ops = Stored {
+                    x: Some(&x),
+                    d: &d,
+                    df: &df,
+                    g: Some(&g),
+                    scale: None,
+                };
+                run(
+                    Loop::Sparse(dims, &sp),
+                    &mut e,
+                    &mut grad,
+                    ops,
+                    Solve::After,
+                    1,
+                )
+                .unwrap();
+                for v in e.to_vec_f64().iter().chain(&grad.to_vec_f64()) {
+                    assert!(
+                        !(*v as f32).is_subnormal(),
+                        "sparse, {s} states, step {step}: {v:e}"
+                    );
+                }
+            }
+            assert!(
+                e.to_vec_f64().iter().all(|&v| v == 0.0),
+                "sparse, {s} states"
+            );
+        }
     }
 
     /// The update written as the formula, element by element.
