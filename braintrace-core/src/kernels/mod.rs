@@ -24,9 +24,14 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
-/// Whether this CPU runs AVX2, FMA and AVX-512 (F, VL, DQ, BW).
+/// Whether this CPU runs AVX2, FMA and AVX-512 (F, VL, DQ, BW). In the
+/// crate's tests, a thread can pretend it does not ([`without_avx512`]).
 #[inline]
 pub(crate) fn has_avx512() -> bool {
+    #[cfg(test)]
+    if NO_AVX512.with(|n| n.get()) {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         has_avx2_fma()
@@ -39,6 +44,21 @@ pub(crate) fn has_avx512() -> bool {
     {
         false
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    static NO_AVX512: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` on this thread as if the CPU had no AVX-512, so that tests
+/// reach the AVX2 copies of the dispatched kernels on a CPU with it.
+#[cfg(test)]
+pub(crate) fn without_avx512<R>(f: impl FnOnce() -> R) -> R {
+    NO_AVX512.with(|n| n.set(true));
+    let r = f();
+    NO_AVX512.with(|n| n.set(false));
+    r
 }
 
 /// `fn $name(args)`: calls `$body_fn(args)` compiled with AVX2 and FMA

@@ -1361,19 +1361,36 @@ mod tests {
         }
     }
 
+    /// Every copy the CPU can run: the widest, then (on a CPU with
+    /// AVX-512) the AVX2 one.
     #[test]
     fn dispatched_block_kernels_match_the_plain_loops_bit_for_bit() {
-        for seed in [1, 7, 42] {
-            check::<f64>(seed);
-            check::<f32>(seed);
-        }
-        // f32's own kernels (the fast exp/sigmoid/tanh).
-        let a = data::<f32>(3, 261);
-        let (mut got, mut want) = (vec![0.0; 261], vec![0.0; 261]);
-        for op in [UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Log] {
-            unary_block_f32(op, &a, &mut got);
-            unary_loop_f32(op, &a, &mut want);
-            same_bits(op.name(), &got, &want);
-        }
+        let all = || {
+            for seed in [1, 7, 42] {
+                check::<f64>(seed);
+                check::<f32>(seed);
+            }
+            // f32's own kernels (the fast exp/sigmoid/tanh), and the
+            // folded `a·b + c` and `a·s + c`.
+            let (a, b, c) = (
+                data::<f32>(3, 261),
+                data::<f32>(4, 261),
+                data::<f32>(5, 261),
+            );
+            let (mut got, mut want) = (vec![0.0; 261], vec![0.0; 261]);
+            for op in [UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Log] {
+                unary_block_f32(op, &a, &mut got);
+                unary_loop_f32(op, &a, &mut want);
+                same_bits(op.name(), &got, &want);
+            }
+            mul_add_block(&a, &b, &c, &mut got);
+            mul_add_loop(&a, &b, &c, &mut want);
+            same_bits("mul_add", &got, &want);
+            scale_add_block(-0.3, &a, &c, &mut got);
+            scale_add_loop(-0.3, &a, &c, &mut want);
+            same_bits("scale_add", &got, &want);
+        };
+        all();
+        crate::kernels::without_avx512(all);
     }
 }
