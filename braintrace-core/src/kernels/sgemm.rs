@@ -53,14 +53,7 @@ const MR512: usize = 12;
 
 /// Whether this CPU runs the kernel (AVX2 and FMA; checked once by std).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx2_fma()
 }
 
 /// Whether `a @ b`, `b` having `n` columns, runs here: `a` has 1 to
@@ -249,14 +242,14 @@ enum Isa {
 }
 
 impl Isa {
-    /// AVX-512 where the CPU has it (std checks once, then it is a load),
-    /// else AVX2. The two give the same bits.
+    /// AVX-512 where the CPU [has](super::has_avx512) it (as the
+    /// element-wise kernels decide), else AVX2. The two give the same bits.
     fn best() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return Isa::Avx512;
+        if super::has_avx512() {
+            Isa::Avx512
+        } else {
+            Isa::Avx2
         }
-        Isa::Avx2
     }
 }
 

@@ -1517,9 +1517,9 @@ fn row_any<T: Float>(
 /// values are subnormal themselves. Below `√(smallest normal)` no
 /// product of two operands that both passed this flush is subnormal.
 /// The fused trace kernels (dense and sparse) flush the traces they
-/// write and their operands `D`, `Df` and `g` ([`flushed`]). XLA on the CPU runs with
-/// subnormals flushed to zero; values this small are far below the
-/// resolution of any sum they enter (f32: 1e-19 against gradients of
+/// write and their operands `D`, `Df` and `g` ([`flushed`]). XLA on the
+/// CPU runs with subnormals flushed to zero; values this small are far
+/// below the resolution of any sum they enter (f32: 1e-19 against gradients of
 /// order 1e-3 and a relative precision of 1e-7). A compare and a select
 /// per element, in a loop bound by memory.
 #[inline(always)]
