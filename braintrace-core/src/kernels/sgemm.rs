@@ -33,8 +33,9 @@
 //! [`gemm_acc`] runs the same kernel as `C += A B` with `B` read where it
 //! lies (rows of a multiple of 16 columns in place of packed panels) and
 //! any number of rows of `A`: pp_prop's chunk gradient `∇W += x̄ᵀ g`
-//! ([`add_product`] picks it for small chunks), with nothing packed or
-//! allocated per call.
+//! ([`add_product`] picks it: at every size on AVX-512, for small chunks
+//! on AVX2), with nothing packed or allocated per call, the terms taken
+//! 256 at a time.
 
 use ndarray::{Array2, ArrayView2};
 
@@ -164,36 +165,62 @@ pub fn gemm_acc(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut [f32])
         b.dim(),
         c.len()
     );
-    let b = Panels {
-        ptr: b.as_ptr(),
-        k,
-        n,
-        row: b.strides()[0].max(0) as usize,
-        panel: NR,
-    };
-    split_rows(a, b, c, true);
+    let row = b.strides()[0].max(0) as usize;
+    // `k` in slices of at most `ACC_K_SLICE` terms, in order: each element
+    // of `c` is stored after a slice's terms and reloaded for the next,
+    // so it sees the same multiply-adds in the same order as without the
+    // slices (an `f32` register and an `f32` in memory hold the same
+    // bits). A slice of `B`'s rows, two panels wide, then stays in the
+    // first-level cache while every block of `a`'s rows passes over it.
+    let mut k0 = 0;
+    while k0 < k {
+        let k1 = (k0 + ACC_K_SLICE).min(k);
+        let panels = Panels {
+            // SAFETY: row `k0 < k` of `b` is in bounds (`b` is `(k, n)`).
+            ptr: unsafe { b.as_ptr().add(k0 * row) },
+            k: k1 - k0,
+            n,
+            row,
+            panel: NR,
+        };
+        split_rows(&a.slice(ndarray::s![.., k0..k1]), panels, c, true);
+        k0 = k1;
+    }
 }
+
+/// Terms of `k` per pass of [`gemm_acc`] over `c`: 256 rows of two
+/// 16-column panels of `B` are 32 KiB, within a first-level data cache.
+const ACC_K_SLICE: usize = 256;
 
 /// Largest `k` and `m · n` for which [`add_product`] runs [`gemm_acc`].
 const ACC_MAX_K: usize = 256;
 const ACC_MAX_C: usize = 1 << 15;
 
 /// `c += a @ b` as pp_prop's chunk gradient runs it: [`gemm_acc`] when it
-/// [applies](acc_applies), `c` is row-major and the product is small (`k`
-/// at most 256 rows, `c` at most 32768 elements), `matrixmultiply`
-/// otherwise. Measured (one thread, best of 300, alternating): the
-/// hidden-128 chunk `144×128 += (128×144)ᵀ·128×128` 31 → 37–42 GFMA/s;
-/// at hidden 512, `528×512 += (512×528)ᵀ·512×512`, `gemm_acc` fell to
-/// 23–24 GFMA/s against `matrixmultiply`'s 30–37 (it does not block `k`
-/// or `c` for the caches).
+/// [applies](acc_applies) and `c` is row-major, on the AVX-512 build at
+/// every size, on the AVX2 build only for small products (`k` at most 256
+/// rows, `c` at most 32768 elements); `matrixmultiply` otherwise.
+/// Measured (one thread, alternating): the hidden-128 chunk
+/// `144×128 += (128×144)ᵀ·128×128` on AVX2 31 → 37–42 GFMA/s, on AVX-512
+/// (Zen 5) 61–75 → 93–110. At hidden 512, `528×512 += (512×528)ᵀ·512×512`,
+/// `gemm_acc` without slices of `k` fell to 23–24 GFMA/s on AVX2 against
+/// `matrixmultiply`'s 30–37, and on AVX-512 varied 68–105 against 81–97;
+/// with `k` in slices of 256 it runs 98–101 against 73–92 (`k` 256: 106–108
+/// against 77–91). The AVX2 build's limits date from before the slices
+/// (no AVX2-only machine to measure them on since).
 pub fn add_product(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut Array2<f32>) {
-    let small = a.ncols() <= ACC_MAX_K && c.len() <= ACC_MAX_C;
-    if small && acc_applies(a, b) && c.dim() == (a.nrows(), b.ncols()) {
+    if picks_acc(a, b, c) {
         if let Some(c) = c.as_slice_mut() {
             return gemm_acc(a, b, c);
         }
     }
     ndarray::linalg::general_mat_mul(1.0, a, b, 1.0, c);
+}
+
+/// Whether [`add_product`] runs [`gemm_acc`] (when `c` is row-major).
+fn picks_acc(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &Array2<f32>) -> bool {
+    let size_fits = Isa::best() == Isa::Avx512 || (a.ncols() <= ACC_MAX_K && c.len() <= ACC_MAX_C);
+    size_fits && acc_applies(a, b) && c.dim() == (a.nrows(), b.ncols()) && c.is_standard_layout()
 }
 
 /// Where the kernel reads `B` `(k, n)`: row `kk` of panel `p` (columns
@@ -790,6 +817,10 @@ mod tests {
             (7, 3, 16, 48),
             (13, 40, 48, 53),
             (200, 9, 32, 32),
+            // `k` past one slice of terms (`ACC_K_SLICE`): two, and three
+            // with a short last one.
+            (20, 257, 32, 32),
+            (37, 600, 48, 64),
         ] {
             let x = Array2::from_shape_fn((k, m), |_| draw());
             let a = x.t();
@@ -808,14 +839,21 @@ mod tests {
                     "element {i}"
                 );
             }
-            // add_product: the same bits where it runs the kernel.
+            // add_product: the same bits where it runs the kernel (on
+            // AVX2 alone, not past 256 terms).
             let mut c2 = Array2::from_shape_vec((m, n), c0.clone()).unwrap();
-            add_product(&a, &b, &mut c2);
             assert_eq!(
-                c2.as_slice().unwrap(),
-                &c[..],
-                "add_product ({m}, {k}) @ ({k}, {n})"
+                picks_acc(&a, &b, &c2),
+                k <= ACC_MAX_K || crate::kernels::has_avx512()
             );
+            add_product(&a, &b, &mut c2);
+            if k <= ACC_MAX_K || crate::kernels::has_avx512() {
+                assert_eq!(
+                    c2.as_slice().unwrap(),
+                    &c[..],
+                    "add_product ({m}, {k}) @ ({k}, {n})"
+                );
+            }
         }
         // Where it does not apply: n not a multiple of 16, b's columns
         // strided, a with a negative stride.
