@@ -48,7 +48,10 @@ use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
 use crate::kernels::broadcast::concat_rows_into;
 use crate::kernels::sgemm;
-use crate::ops::elementwise::{mul_add_block, scale_add_block, Binary, BinaryOp, Scalar, ScalarOp};
+use crate::ops::elementwise::{
+    binary_block, mul_add_block, scalar_block, scale_add_block, unary_block, unary_block_f32,
+    Binary, BinaryOp, Scalar, ScalarOp, Unary, UnaryOp,
+};
 use crate::ops::linalg::Matmul;
 use crate::ops::shape::{Concat, Reshape, Transpose};
 use crate::tensor::{
@@ -56,7 +59,7 @@ use crate::tensor::{
     Tensor,
 };
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array2, ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar, ShapeBuilder};
+use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -178,8 +181,15 @@ struct FusedOp {
 /// What a fused op runs on a block.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum OpKind {
-    /// The equation's own element-wise kernel.
+    /// The equation's own element-wise kernel, through its
+    /// [`Elementwise`] (a primitive other than the core ones below).
     Eqn,
+    /// The core unary, binary and scalar ops' block kernels, called
+    /// directly: the same kernels their [`Elementwise`] calls, without the
+    /// two dynamic calls per block.
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Scalar(ScalarOp, f64),
     /// Operands `[a, b, c]`: `a·b + c`, a `mul` whose only reader is the
     /// `add` (the equation) folded into it.
     MulAdd,
@@ -275,11 +285,12 @@ impl Pool {
 }
 
 /// Keep `a`'s allocation in class `c`'s free list (if it holds exactly
-/// the array's elements and the list has room).
+/// the array's elements, with or without [`ALIGN_SLACK`], and the list has
+/// room).
 fn put<T: PoolFloat>(p: &mut Pool, c: usize, a: ArrayD<T>) {
     let n = a.len();
     let (v, _) = a.into_raw_vec_and_offset();
-    if v.len() != n {
+    if v.len() != n && v.len() != n + ALIGN_SLACK {
         return;
     }
     let cap = p.caps.get(c).copied().unwrap_or(0);
@@ -292,13 +303,43 @@ fn put<T: PoolFloat>(p: &mut Pool, c: usize, a: ArrayD<T>) {
     }
 }
 
-/// A buffer of `n` elements (contents unspecified): a dead one of `class`,
-/// or a fresh one.
-fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Vec<T> {
-    class
+/// A buffer of `n` elements for a result the plan writes: a dead one of
+/// `class`, or a fresh one with [`ALIGN_SLACK`] elements to spare, so that
+/// its elements can start on a 64-byte boundary (see [`aligned`]).
+fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Buf<T> {
+    let v = class
         .and_then(|c| T::free(p).get_mut(c)?.pop())
-        .filter(|v| v.len() == n)
-        .unwrap_or_else(|| vec![T::zero(); n])
+        .filter(|v| v.len() == n || v.len() == n + ALIGN_SLACK)
+        .unwrap_or_else(|| vec![T::zero(); n + ALIGN_SLACK]);
+    let at = v.as_ptr().align_offset(64).min(v.len() - n);
+    Buf { v, at, n }
+}
+
+/// `n` elements of `v` from `at` (contents unspecified).
+struct Buf<T> {
+    v: Vec<T>,
+    at: usize,
+    n: usize,
+}
+
+impl<T: PoolFloat> Buf<T> {
+    fn slice_mut(&mut self) -> &mut [T] {
+        &mut self.v[self.at..self.at + self.n]
+    }
+    /// The elements as an array of `shape` (`n` elements), row-major or
+    /// (`column_major`) column-major, owning the whole allocation.
+    fn into_array(self, shape: IxDyn, column_major: bool) -> Result<ArrayD<T>> {
+        let Buf { v, at, n } = self;
+        let order = if column_major {
+            ndarray::Order::ColumnMajor
+        } else {
+            ndarray::Order::RowMajor
+        };
+        ndarray::Array1::from_vec(v)
+            .slice_move(ndarray::s![at..at + n])
+            .into_shape_with_order((shape, order))
+            .map_err(|e| Error::invalid("planned buffer", e.to_string()))
+    }
 }
 
 impl Plan {
@@ -752,10 +793,8 @@ impl Plan {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let mut v = take::<T>(pool, class, shape.iter().product());
-            concat_rows_into(&parts, axis, shape, &mut v);
-            Ok(T::tensor(
-                ArrayD::from_shape_vec(IxDyn(shape), v).expect("the shape's elements"),
-            ))
+            concat_rows_into(&parts, axis, shape, v.slice_mut());
+            Ok(T::tensor(v.into_array(IxDyn(shape), false)?))
         }
         let y = match self.graph.avals[out].dtype() {
             DType::F32 => join::<f32>(pool, class, env, (p, inputs), axis, shape)?,
@@ -800,9 +839,8 @@ impl Plan {
                 &fresh
             }
         };
-        sgemm::gemm(&a, panels, &mut c);
-        let c = Array2::from_shape_vec((m, n), c).expect("m · n elements");
-        f32::tensor(c.into_dyn())
+        sgemm::gemm(&a, panels, c.slice_mut());
+        f32::tensor(c.into_array(IxDyn(&[m, n]), false).expect("m · n elements"))
     }
 
     /// A float layout change the plan runs itself (reshape, transpose):
@@ -874,8 +912,8 @@ impl LayoutChange for ReshapeTo<'_> {
             return Ok((T::tensor(y), None));
         }
         let mut v = take::<T>(pool, class, a.len());
-        copy_blocks(&mut v, row_major_of(&standard_layout(a)));
-        let y = ArrayD::from_shape_vec(IxDyn(self.0), v).map_err(bad)?;
+        copy_blocks(v.slice_mut(), row_major_of(&standard_layout(a)));
+        let y = v.into_array(IxDyn(self.0), false)?;
         Ok((T::tensor(y), Some(x)))
     }
 }
@@ -902,9 +940,8 @@ impl LayoutChange for PermuteBy<'_> {
         let y = match a.as_slice() {
             Some(s) => {
                 let mut v = take::<T>(pool, class, s.len());
-                copy_blocks(&mut v, s);
-                ArrayD::from_shape_vec(a.raw_dim(), v)
-                    .map_err(|e| Error::invalid("transpose", e.to_string()))?
+                copy_blocks(v.slice_mut(), s);
+                v.into_array(a.raw_dim(), false)?
             }
             // Same strides, through ndarray's clone.
             None => a.clone(),
@@ -1060,9 +1097,10 @@ fn matmul_into<T: PoolFloat + LinalgScalar>(
     // `dot`'s choice: column-major when both operands step by one down
     // their rows.
     let column_major = a.strides()[0] == 1 && b.strides()[0] == 1;
-    let v = take::<T>(pool, class, m * n);
-    let mut c =
-        Array2::from_shape_vec((m, n).set_f(column_major), v).map_err(|e| bad(e.to_string()))?;
+    let mut c = take::<T>(pool, class, m * n)
+        .into_array(IxDyn(&[m, n]), column_major)?
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| bad(e.to_string()))?;
     // β = 0: the buffer's old contents are overwritten, never read.
     general_mat_mul(T::one(), &a, &b, T::zero(), &mut c);
     Ok(T::tensor(c.into_dyn()))
@@ -1133,6 +1171,20 @@ fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
 /// The op of a binary element-wise primitive.
 fn binary_op(p: &dyn Primitive) -> Option<BinaryOp> {
     p.as_any().downcast_ref::<Binary>().map(|b| b.0)
+}
+
+/// How a fused loop runs a (not folded) equation of primitive `p`.
+fn core_kind(p: &dyn Primitive) -> OpKind {
+    let any = p.as_any();
+    if let Some(u) = any.downcast_ref::<Unary>() {
+        OpKind::Unary(u.0)
+    } else if let Some(b) = any.downcast_ref::<Binary>() {
+        OpKind::Binary(b.0)
+    } else if let Some(s) = any.downcast_ref::<Scalar>() {
+        OpKind::Scalar(s.op, s.value)
+    } else {
+        OpKind::Eqn
+    }
 }
 
 /// The factor of a `mul_scalar` primitive.
@@ -1336,7 +1388,9 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         loc_of.insert(out, dst);
         ops.push(FusedOp {
             eqn: i,
-            kind: pair[j].as_ref().map_or(OpKind::Eqn, |p| p.0),
+            kind: pair[j]
+                .as_ref()
+                .map_or_else(|| core_kind(g.eqns[i].prim.as_ref()), |p| p.0),
             operands,
             dst,
         });
@@ -1378,6 +1432,9 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 /// The float types the plan writes buffers of itself.
 trait PoolFloat: Float + ArrayElement + 'static {
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
+    /// The unary op's block kernel (`f32` has its own, for the fast
+    /// transcendental functions).
+    fn unary(op: UnaryOp, a: &[Self], out: &mut [Self]);
     fn tensor(a: ArrayD<Self>) -> Tensor;
     /// The pool's free lists for this type (one per buffer class).
     fn free(p: &mut Pool) -> &mut Vec<Vec<Vec<Self>>>;
@@ -1386,10 +1443,13 @@ trait PoolFloat: Float + ArrayElement + 'static {
 }
 
 macro_rules! pool_float {
-    ($t:ty, $variant:ident, $block:ident, $free:ident, $scratch:ident) => {
+    ($t:ty, $variant:ident, $block:ident, $unary:ident, $free:ident, $scratch:ident) => {
         impl PoolFloat for $t {
             fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
                 k.$block(ins, out)
+            }
+            fn unary(op: UnaryOp, a: &[$t], out: &mut [$t]) {
+                $unary(op, a, out)
             }
             fn tensor(a: ArrayD<$t>) -> Tensor {
                 Tensor::from_data(ArrayData::$variant(a))
@@ -1403,8 +1463,8 @@ macro_rules! pool_float {
         }
     };
 }
-pool_float!(f32, F32, block_f32, free_f32, scratch_f32);
-pool_float!(f64, F64, block_f64, free_f64, scratch_f64);
+pool_float!(f32, F32, block_f32, unary_block_f32, free_f32, scratch_f32);
+pool_float!(f64, F64, block_f64, unary_block, free_f64, scratch_f64);
 
 /// The memory order a fused loop walks its operands and writes its results
 /// in. Element-wise results do not depend on it; what matters is that no
@@ -1578,6 +1638,19 @@ fn fill_row<T: Copy>(dst: &mut [T], row: &[T], start: usize, size: usize, order:
     }
 }
 
+/// Elements a block buffer has past [`BLOCK`], so that a block starting
+/// on a 64-byte boundary fits (malloc aligns to 16 bytes).
+const ALIGN_SLACK: usize = 16;
+
+/// Where the block of buffer `v` starts: its first element on a 64-byte
+/// boundary (a cache line; a 512-bit load or store of an unaligned block
+/// touches two lines, and the kernels ran up to 1.5× slower so).
+fn aligned<T>(v: &[T]) -> usize {
+    v.as_ptr()
+        .align_offset(64)
+        .min(v.len().saturating_sub(BLOCK))
+}
+
 fn run_fused<T: PoolFloat>(
     g: &Graph,
     f: &Fused,
@@ -1606,7 +1679,7 @@ fn run_fused<T: PoolFloat>(
     let block = BLOCK.min(f.size.max(1));
     let mut bufs = std::mem::take(T::scratch(pool));
     if bufs.len() < f.nbufs {
-        bufs.resize_with(f.nbufs, || vec![T::zero(); BLOCK]);
+        bufs.resize_with(f.nbufs, || vec![T::zero(); BLOCK + ALIGN_SLACK]);
     }
     for &(v, b) in &f.scalars {
         let s = operand::<T>(g, env, v, g.avals[v].shape())?;
@@ -1620,7 +1693,7 @@ fn run_fused<T: PoolFloat>(
         .iter()
         .map(|&(v, _)| operand::<T>(g, env, v, g.avals[v].shape()).map(|a| elements(a, order)))
         .collect::<Result<_>>()?;
-    let mut outs: Vec<Vec<T>> = f
+    let mut outs: Vec<Buf<T>> = f
         .outputs
         .iter()
         .map(|&v| take(pool, class_of[v], f.size))
@@ -1629,14 +1702,19 @@ fn run_fused<T: PoolFloat>(
     while start < f.size {
         let len = block.min(f.size - start);
         for (row, &(_, b)) in rows.iter().zip(&f.rows) {
-            fill_row(&mut bufs[b][..len], row, start, f.size, order);
+            let at = aligned(&bufs[b]);
+            fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
         }
         for op in &f.ops {
             // The destination is moved out of its list for the call (it is
             // never one of the operands), and back.
             let (mut dst, at) = match op.dst {
-                Operand::Buf(b) => (std::mem::take(&mut bufs[b]), 0),
-                Operand::Out(o) => (std::mem::take(&mut outs[o]), start),
+                Operand::Buf(b) => {
+                    let v = std::mem::take(&mut bufs[b]);
+                    let at = aligned(&v);
+                    (v, at)
+                }
+                Operand::Out(o) => (std::mem::take(&mut outs[o].v), outs[o].at + start),
                 Operand::Input(_) => unreachable!("results go to buffers or outputs"),
             };
             {
@@ -1644,8 +1722,14 @@ fn run_fused<T: PoolFloat>(
                 for (slot, o) in ins.iter_mut().zip(&op.operands) {
                     *slot = match *o {
                         Operand::Input(i) => &inputs[i][start..start + len],
-                        Operand::Buf(b) => &bufs[b][..len],
-                        Operand::Out(o) => &outs[o][start..start + len],
+                        Operand::Buf(b) => {
+                            let at = aligned(&bufs[b]);
+                            &bufs[b][at..at + len]
+                        }
+                        Operand::Out(o) => {
+                            let at = outs[o].at + start;
+                            &outs[o].v[at..at + len]
+                        }
                     };
                 }
                 let out = &mut dst[at..at + len];
@@ -1657,13 +1741,16 @@ fn run_fused<T: PoolFloat>(
                             .expect("only element-wise equations are fused");
                         T::block(k, &ins[..op.operands.len()], out)
                     }
+                    OpKind::Unary(u) => T::unary(u, ins[0], out),
+                    OpKind::Binary(b) => binary_block(b, ins[0], ins[1], out),
+                    OpKind::Scalar(o, v) => scalar_block(o, v, ins[0], out),
                     OpKind::MulAdd => mul_add_block(ins[0], ins[1], ins[2], out),
                     OpKind::ScaleAdd(s) => scale_add_block(s, ins[0], ins[1], out),
                 }
             }
             match op.dst {
                 Operand::Buf(b) => bufs[b] = dst,
-                Operand::Out(o) => outs[o] = dst,
+                Operand::Out(o) => outs[o].v = dst,
                 Operand::Input(_) => {}
             }
         }
@@ -1671,10 +1758,9 @@ fn run_fused<T: PoolFloat>(
     }
     *T::scratch(pool) = bufs;
     outs.into_iter()
-        .map(|v| {
-            ArrayD::from_shape_vec(IxDyn(&f.shape).set_f(order == Order::F), v)
+        .map(|b| {
+            b.into_array(IxDyn(&f.shape), order == Order::F)
                 .map(T::tensor)
-                .map_err(|e| Error::invalid("fused element-wise loop", e.to_string()))
         })
         .collect()
 }
@@ -1686,6 +1772,7 @@ mod tests {
     use crate::ops::elementwise::binary;
     use crate::ops::{BinaryOp, UnaryOp};
     use crate::tensor::Tensor;
+    use ndarray::ShapeBuilder;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::any::Any;
@@ -2178,6 +2265,17 @@ mod tests {
         ];
         let p = check(g, &args, "chain");
         assert_eq!(fused_groups(&p), vec![5]);
+        // Core ops run their block kernels directly.
+        assert_eq!(
+            fused_kinds(&p),
+            vec![vec![
+                OpKind::Binary(BinaryOp::Mul),
+                OpKind::Unary(UnaryOp::Tanh),
+                OpKind::Scalar(ScalarOp::Add, 1.0),
+                OpKind::Unary(UnaryOp::Sigmoid),
+                OpKind::Binary(BinaryOp::Mul),
+            ]]
+        );
         // Only the result is materialised; the chain runs in block buffers,
         // reused once dead (two are enough for a chain).
         let Step::Fused(f) = &p.steps[0] else {
@@ -2277,6 +2375,56 @@ mod tests {
         let out = p.run(args.clone()).unwrap();
         assert_eq!(out[1].to_vec_f64().unwrap(), vec![2.0, 2.0, 12.0]);
         assert!(out[0].ptr_eq(&args[0]) && out[3].ptr_eq(&args[1]));
+    }
+
+    #[test]
+    fn plan_writes_results_on_cache_line_boundaries() {
+        // Every buffer the plan writes a result into starts on a 64-byte
+        // boundary, fresh or recycled: a concatenation, products (the
+        // f32 kernel and matrixmultiply in f64), a fused loop's two
+        // results (row- and column-major). malloc aligns to 16 bytes, so
+        // without the slack most of these start elsewhere.
+        for dtype in [DType::F32, DType::F64] {
+            let (x, w) = (Aval::new(&[6, 40], dtype), Aval::new(&[80, 48], dtype));
+            let g = trace(
+                |a: &[Tensor]| {
+                    let xx = crate::ops::shape::concat(&[a[0].clone(), a[0].clone()], 1)?;
+                    let y = xx.matmul(&a[1])?;
+                    let h = y.tanh()?.mul(&y)?;
+                    let c = crate::ops::shape::concat(&[a[0].t()?, a[0].t()?], 0)?;
+                    Ok(vec![h.add_scalar(1.0)?, h, c.mul_scalar(2.0)?, xx])
+                },
+                &[x.clone(), w.clone()],
+            )
+            .unwrap();
+            let mut rng = StdRng::seed_from_u64(5);
+            let args = vec![
+                rand_tensor(&mut rng, &[6, 40], dtype),
+                rand_tensor(&mut rng, &[80, 48], dtype),
+            ];
+            let g = Arc::new(g);
+            let plan = Plan::new(g.clone()).unwrap();
+            for call in 0..3 {
+                let outs = plan.run(args.clone()).unwrap();
+                assert_same(&outs, &g.eval(&args).unwrap(), "aligned");
+                for (k, t) in outs.iter().enumerate() {
+                    assert_eq!(data_ptr(t) % 64, 0, "{dtype:?} call {call} output {k}");
+                }
+            }
+        }
+        // Block buffers: the block starts on a boundary and fits.
+        for n in [BLOCK + ALIGN_SLACK, BLOCK + 3] {
+            for _ in 0..8 {
+                let v = vec![0f32; n];
+                let at = aligned(&v);
+                assert!(at + BLOCK <= v.len());
+                if n == BLOCK + ALIGN_SLACK {
+                    assert_eq!(v[at..].as_ptr() as usize % 64, 0);
+                }
+                let w = vec![0f64; n];
+                assert!(aligned(&w) + BLOCK <= w.len());
+            }
+        }
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
 avx2_dispatch!(avx512:
     /// `op` over one block (the fused executor's kernel); the same element
     /// functions as [`map_unary`].
-    fn unary_block<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) => unary_loop
+    pub(crate) fn unary_block<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) => unary_loop
 );
 
 #[inline(always)]
@@ -214,7 +214,7 @@ fn unary_loop<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) {
 
 avx2_dispatch!(avx512:
     /// `op` over one f32 block, as [`map_unary_f32`].
-    fn unary_block_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) => unary_loop_f32
+    pub(crate) fn unary_block_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) => unary_loop_f32
 );
 
 #[inline(always)]
@@ -481,7 +481,7 @@ pub struct Binary(pub BinaryOp);
 
 avx2_dispatch!(avx512:
     /// `op` over one block (the fused executor's kernel).
-    fn binary_block<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) => binary_loop
+    pub(crate) fn binary_block<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) => binary_loop
 );
 
 #[inline(always)]
@@ -775,7 +775,7 @@ fn map_scalar<T: Float>(op: ScalarOp, value: f64, a: &ArrayD<T>) -> ArrayD<T> {
 avx2_dispatch!(avx512:
     /// `op` with a scalar over one block (the fused executor's kernel), as
     /// [`map_scalar`].
-    fn scalar_block<T: Float>(op: ScalarOp, value: f64, a: &[T], out: &mut [T]) => scalar_loop
+    pub(crate) fn scalar_block<T: Float>(op: ScalarOp, value: f64, a: &[T], out: &mut [T]) => scalar_loop
 );
 
 #[inline(always)]
