@@ -31,7 +31,11 @@
 //! 2-D float matrix products (written by `matrixmultiply` with the
 //! operands' strides) and float reshapes (a moved, unique row-major operand
 //! is reshaped without a copy) write into recycled buffers; other
-//! equations run their primitive's `eval`.
+//! equations run their primitive's `eval`. Every buffer the plan writes,
+//! and every block buffer, starts on a 64-byte boundary (a few elements
+//! spare at the front of the allocation, which the array keeps and the
+//! pool takes back): a 512-bit access to an unaligned block splits across
+//! two cache lines.
 //!
 //! A product whose right operand is a program input (a weight) keeps that
 //! operand's packed panels from call to call while the same tensor comes
