@@ -315,7 +315,7 @@ fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Buf<T> {
         .and_then(|c| T::free(p).get_mut(c)?.pop())
         .filter(|v| v.len() == n || v.len() == n + ALIGN_SLACK)
         .unwrap_or_else(|| vec![T::zero(); n + ALIGN_SLACK]);
-    let at = v.as_ptr().align_offset(64).min(v.len() - n);
+    let at = aligned_start(&v, n);
     Buf { v, at, n }
 }
 
@@ -1646,13 +1646,17 @@ fn fill_row<T: Copy>(dst: &mut [T], row: &[T], start: usize, size: usize, order:
 /// on a 64-byte boundary fits (malloc aligns to 16 bytes).
 const ALIGN_SLACK: usize = 16;
 
-/// Where the block of buffer `v` starts: its first element on a 64-byte
-/// boundary (a cache line; a 512-bit load or store of an unaligned block
-/// touches two lines, and the kernels ran up to 1.5× slower so).
+/// Where `n` elements of `v` start: on a 64-byte boundary (a cache line;
+/// a 512-bit load or store of an unaligned block touches two lines, and
+/// the kernels ran up to 1.5× slower so) when `v` has the room past `n`,
+/// else as far toward it as there is room (0 for exactly `n` elements).
+fn aligned_start<T>(v: &[T], n: usize) -> usize {
+    v.as_ptr().align_offset(64).min(v.len().saturating_sub(n))
+}
+
+/// Where the block of block buffer `v` starts (see [`aligned_start`]).
 fn aligned<T>(v: &[T]) -> usize {
-    v.as_ptr()
-        .align_offset(64)
-        .min(v.len().saturating_sub(BLOCK))
+    aligned_start(v, BLOCK)
 }
 
 fn run_fused<T: PoolFloat>(
