@@ -1104,7 +1104,7 @@ fn run_typed<'o, T: KernelFloat>(
         scale: ops.scale.map(borrow).transpose()?,
     };
     match kernel {
-        Loop::Dense(dims) => fused(dims, e, grad, ops, solve, threads, 0),
+        Loop::Dense(dims) => fused(dims, e, grad, ops, solve, threads),
         Loop::Sparse(dims, sp) => sparse_fused(dims, sp, e, grad, ops, solve, threads),
     }
     Ok(())
@@ -1164,8 +1164,17 @@ fn split_rows<T>(
 /// is 1), run on the current rayon pool: each block owns its gradient rows
 /// and, per sample, one contiguous run of trace rows, so no two threads
 /// write the same memory and the result does not depend on the number of
-/// threads. Within a block the trace is streamed in memory order (sample by
-/// sample); the block's gradient rows stay in cache.
+/// threads. Within a block the trace is streamed in memory order, sample by
+/// sample, each sample's rows in one run; the block's gradient rows are
+/// read again for every sample (from L2 or L3: 1 MiB at `528 × 512`).
+///
+/// Long runs are what the hardware prefetchers need. Tiles of about 64 KiB
+/// of gradient rows, each sample's rows of a tile streamed before the next
+/// tile (so the gradient tile stayed in L1/L2), cut the runs to 64 KiB and
+/// were slower on an AMD Zen 5 (L2 1 MiB; `bench_learn --floor`, one
+/// thread, D-RTRL, ours over the trace floor): GRU 512×64 1.35–1.39× →
+/// 0.94–0.98×, LIF 512×64 1.27–1.40× → 0.91–1.02×, GRU 512×16 1.34–1.37× →
+/// 0.89–0.99×; hidden 128 (a tile there held 128 of 144 rows) unchanged.
 fn fused<T: Float + Send + Sync>(
     dims: Dims,
     e: &mut [T],
@@ -1173,7 +1182,6 @@ fn fused<T: Float + Send + Sync>(
     ops: Operands<'_, T>,
     solve: Solve,
     threads: usize,
-    tile: usize,
 ) {
     let Dims {
         batch,
@@ -1194,11 +1202,6 @@ fn fused<T: Float + Send + Sync>(
     let ctx = Ctx {
         dims,
         rows_per,
-        tile: if tile == 0 {
-            tile_rows(no, std::mem::size_of::<T>())
-        } else {
-            tile
-        },
         ops,
         solve,
     };
@@ -1219,7 +1222,6 @@ fn fused<T: Float + Send + Sync>(
 struct Ctx<'a, T> {
     dims: Dims,
     rows_per: usize,
-    tile: usize,
     ops: Operands<'a, T>,
     solve: Solve,
 }
@@ -1229,13 +1231,6 @@ crate::kernels::avx2_dispatch!(
     /// no fused multiply-adds are introduced — in 8 lanes instead of 4).
     fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) => block_scaled_or_not
 );
-
-/// Gradient rows per tile: the tile's rows of the gradient (at most about
-/// 64 KiB) stay in cache while every sample's trace rows of the tile stream
-/// through once.
-fn tile_rows(no: usize, elem: usize) -> usize {
-    (65536 / (no * elem).max(1)).max(1)
-}
 
 /// The block, compiled separately with and without a transform's
 /// derivative (the loop without one stays as tight as it was).
@@ -1263,57 +1258,50 @@ fn block_body<T: Float, const SCALED: bool>(
     let row_len = no * s;
     let i0 = k * ctx.rows_per;
     let rows = grad.len() / no;
-    let tile = ctx.tile.max(1);
     // The instantaneous term of a row with a transform: x Df f'(W)[i, :].
     let mut inst: Vec<T> = if SCALED {
         vec![T::zero(); row_len]
     } else {
         Vec::new()
     };
-    let mut t0 = 0;
-    while t0 < rows {
-        let t1 = (t0 + tile).min(rows);
-        let gtile = &mut grad[t0 * no..t1 * no];
-        for (b, piece) in part.iter_mut().enumerate() {
-            let db = &d[b * no * s * s..(b + 1) * no * s * s];
-            let dfb = &df[b * no * s..(b + 1) * no * s];
-            let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
-            for (ii, (row, grow)) in piece[t0 * row_len..t1 * row_len]
-                .chunks_exact_mut(row_len)
-                .zip(gtile.chunks_exact_mut(no))
-                .enumerate()
-            {
-                let xi = x.map(|x| x[b * ni + i0 + t0 + ii]).unwrap_or_else(T::one);
-                let (xi, f): (T, &[T]) = match scale.filter(|_| SCALED) {
-                    Some(sc) => {
-                        let srow = &sc[(i0 + t0 + ii) * no..(i0 + t0 + ii + 1) * no];
-                        // Block by block, as `Blocked` lays the row out.
-                        let mut at = 0;
-                        for j in (0..no).step_by(LANES) {
-                            let w = LANES.min(no - j);
-                            for _ in 0..s {
-                                for ((v, &f), &p) in inst[at..at + w]
-                                    .iter_mut()
-                                    .zip(&dfb[at..at + w])
-                                    .zip(&srow[j..j + w])
-                                {
-                                    *v = xi * f * p;
-                                }
-                                at += w;
+    for (b, piece) in part.iter_mut().enumerate() {
+        let db = &d[b * no * s * s..(b + 1) * no * s * s];
+        let dfb = &df[b * no * s..(b + 1) * no * s];
+        let gb = g.map(|g| &g[b * no * s..(b + 1) * no * s]);
+        for (ii, (row, grow)) in piece[..rows * row_len]
+            .chunks_exact_mut(row_len)
+            .zip(grad.chunks_exact_mut(no))
+            .enumerate()
+        {
+            let xi = x.map(|x| x[b * ni + i0 + ii]).unwrap_or_else(T::one);
+            let (xi, f): (T, &[T]) = match scale.filter(|_| SCALED) {
+                Some(sc) => {
+                    let srow = &sc[(i0 + ii) * no..(i0 + ii + 1) * no];
+                    // Block by block, as `Blocked` lays the row out.
+                    let mut at = 0;
+                    for j in (0..no).step_by(LANES) {
+                        let w = LANES.min(no - j);
+                        for _ in 0..s {
+                            for ((v, &f), &p) in inst[at..at + w]
+                                .iter_mut()
+                                .zip(&dfb[at..at + w])
+                                .zip(&srow[j..j + w])
+                            {
+                                *v = xi * f * p;
                             }
+                            at += w;
                         }
-                        (T::one(), &inst)
                     }
-                    None => (xi, dfb),
-                };
-                match s {
-                    1 => row1(row, grow, xi, db, f, gb, solve),
-                    2 => row2(row, grow, xi, db, f, gb, solve),
-                    _ => row_any(s, row, grow, xi, db, f, gb, solve),
+                    (T::one(), &inst)
                 }
+                None => (xi, dfb),
+            };
+            match s {
+                1 => row1(row, grow, xi, db, f, gb, solve),
+                2 => row2(row, grow, xi, db, f, gb, solve),
+                _ => row_any(s, row, grow, xi, db, f, gb, solve),
             }
         }
-        t0 = t1;
     }
 }
 /// One trace row, one state per neuron: `D` is diagonal.
@@ -1913,7 +1901,7 @@ mod tests {
                     out
                 };
                 let (eb, d, df, g) = (lay(s, &e0), lay(s * s, &d), lay(s, &df), lay(s, &g));
-                for (threads, tile) in [(1, 0), (2, 0), (3, 1), (4, 2), (8, 0), (1, 3)] {
+                for threads in [1, 2, 3, 4, 8] {
                     let (mut e, mut gk) = (eb.clone(), g0.clone());
                     pool.install(|| {
                         fused(
@@ -1929,7 +1917,6 @@ mod tests {
                             },
                             solve,
                             threads,
-                            tile,
                         )
                     });
                     let mut ep = e.clone();
@@ -1937,7 +1924,7 @@ mod tests {
                     for (a, b) in ep.iter().zip(&er).chain(gk.iter().zip(&gr)) {
                         assert!(
                             (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
-                            "{dims:?} {solve:?} threads {threads} tile {tile}: {a} vs {b}"
+                            "{dims:?} {solve:?} threads {threads}: {a} vs {b}"
                         );
                     }
                 }
