@@ -17,7 +17,10 @@
 //! them straight into their output buffers; the others live only in block
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
-//! rounded as the two ops are).
+//! rounded as the two ops are). An `f32` group that was compiled ahead of
+//! time (the built-in layers' step programs: see [`aot`]) runs as one loop
+//! per block instead, every value of an element in registers, with the
+//! same bits.
 //!
 //! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
 //! that finds it taken by another thread runs with a fresh one): the block
@@ -46,6 +49,11 @@
 //!
 //! [`crate::Jit`] runs its cached graphs through a plan; everything else
 //! (and anything the plan does not cover) goes through the interpreter.
+
+mod aot;
+// Generated (see `aot`): compared as text by a test, so not reformatted.
+#[rustfmt::skip]
+mod compiled;
 
 use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
@@ -221,6 +229,35 @@ struct Fused {
     outputs: Vec<VarId>,
     nbufs: usize,
     label: (String, String),
+    /// The group's function compiled ahead of time, if it has one (see
+    /// [`aot`]): it runs in place of the ops, block by block.
+    compiled: Option<aot::Kernel>,
+    /// Its constants, for the compiled function ([`aot::constants`]).
+    constants: Vec<f32>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Groups planned on this thread while recording: key → source (the
+    /// test that regenerates `compiled.rs`).
+    static RECORD: std::cell::RefCell<Option<std::collections::BTreeMap<String, String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's fused loops run the compiled groups (on; the
+    /// tests compare with off).
+    static COMPILED_ON: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Whether fused loops run their compiled groups (always, but in the test
+/// that compares them with the op-by-op loops).
+fn compiled_on() -> bool {
+    #[cfg(test)]
+    return COMPILED_ON.with(|c| c.get());
+    #[cfg(not(test))]
+    true
 }
 
 /// Buffers a plan keeps across calls (see the module docs).
@@ -1416,7 +1453,7 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         }
     }
     let label = (format!("fused[{}]", names.join(",")), out_aval.to_string());
-    Fused {
+    let mut f = Fused {
         members: members.len(),
         shape: out_aval.shape().to_vec(),
         dtype: out_aval.dtype(),
@@ -1428,13 +1465,31 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         outputs,
         nbufs,
         label,
+        compiled: None,
+        constants: Vec::new(),
+    };
+    if let Some(key) = aot::key(&f) {
+        #[cfg(test)]
+        RECORD.with(|r| {
+            if let Some(m) = r.borrow_mut().as_mut() {
+                if let Some(src) = aot::source(&f) {
+                    m.insert(key.clone(), src);
+                }
+            }
+        });
+        f.compiled = aot::lookup(&key);
+        f.constants = aot::constants(&f);
     }
+    f
 }
 
 // ---------------------------------------------------------------- fused loop
 
 /// The float types the plan writes buffers of itself.
 trait PoolFloat: Float + ArrayElement + 'static {
+    /// Run a compiled group's block function (`f32` only: only `f32`
+    /// groups are compiled).
+    fn compiled(k: aot::Kernel, ins: &[&[Self]], c: &[f32], outs: &mut [&mut [Self]]);
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
     /// The unary op's block kernel (`f32` has its own, for the fast
     /// transcendental functions).
@@ -1447,8 +1502,11 @@ trait PoolFloat: Float + ArrayElement + 'static {
 }
 
 macro_rules! pool_float {
-    ($t:ty, $variant:ident, $block:ident, $unary:ident, $free:ident, $scratch:ident) => {
+    ($t:ty, $compiled:expr, $variant:ident, $block:ident, $unary:ident, $free:ident, $scratch:ident) => {
         impl PoolFloat for $t {
+            fn compiled(k: aot::Kernel, ins: &[&[$t]], c: &[f32], outs: &mut [&mut [$t]]) {
+                $compiled(k, ins, c, outs)
+            }
             fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
                 k.$block(ins, out)
             }
@@ -1467,8 +1525,26 @@ macro_rules! pool_float {
         }
     };
 }
-pool_float!(f32, F32, block_f32, unary_block_f32, free_f32, scratch_f32);
-pool_float!(f64, F64, block_f64, unary_block, free_f64, scratch_f64);
+pool_float!(
+    f32,
+    |k: aot::Kernel, i: &[&[f32]], c: &[f32], o: &mut [&mut [f32]]| k(i, c, o),
+    F32,
+    block_f32,
+    unary_block_f32,
+    free_f32,
+    scratch_f32
+);
+pool_float!(
+    f64,
+    |_: aot::Kernel, _: &[&[f64]], _: &[f32], _: &mut [&mut [f64]]| unreachable!(
+        "only f32 groups are compiled"
+    ),
+    F64,
+    block_f64,
+    unary_block,
+    free_f64,
+    scratch_f64
+);
 
 /// The memory order a fused loop walks its operands and writes its results
 /// in. Element-wise results do not depend on it; what matters is that no
@@ -1685,6 +1761,7 @@ fn run_fused<T: PoolFloat>(
     };
     let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
     let block = BLOCK.min(f.size.max(1));
+    let compiled = f.compiled.filter(|_| compiled_on());
     let mut bufs = std::mem::take(T::scratch(pool));
     if bufs.len() < f.nbufs {
         bufs.resize_with(f.nbufs, || vec![T::zero(); BLOCK + ALIGN_SLACK]);
@@ -1712,6 +1789,27 @@ fn run_fused<T: PoolFloat>(
         for (row, &(_, b)) in rows.iter().zip(&f.rows) {
             let at = aligned(&bufs[b]);
             fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
+        }
+        if let Some(k) = compiled {
+            let n_bcast = f.scalars.len() + f.rows.len();
+            let ins: Vec<&[T]> = inputs
+                .iter()
+                .map(|v| &v[start..start + len])
+                .chain(bufs[..n_bcast].iter().map(|v| {
+                    let at = aligned(v);
+                    &v[at..at + len]
+                }))
+                .collect();
+            let mut os: Vec<&mut [T]> = outs
+                .iter_mut()
+                .map(|o| {
+                    let at = o.at + start;
+                    &mut o.v[at..at + len]
+                })
+                .collect();
+            T::compiled(k, &ins, &f.constants, &mut os);
+            start += len;
+            continue;
         }
         for op in &f.ops {
             // The destination is moved out of its list for the call (it is

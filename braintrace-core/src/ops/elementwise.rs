@@ -102,7 +102,7 @@ impl UnaryOp {
         }
     }
     #[inline(always)]
-    fn apply<T: Float>(self, x: T) -> T {
+    pub(crate) fn apply<T: Float>(self, x: T) -> T {
         let one = T::one();
         match self {
             UnaryOp::Neg => -x,
