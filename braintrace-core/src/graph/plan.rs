@@ -66,6 +66,7 @@ use crate::ops::elementwise::{
 };
 use crate::ops::linalg::Matmul;
 use crate::ops::shape::{Concat, Reshape, Transpose};
+use crate::ops::{surrogate_block, Spike, Surrogate, SurrogateGrad};
 use crate::tensor::{
     copy_blocks, row_major as row_major_of, standard_layout, ArrayData, ArrayElement, Aval, DType,
     Tensor,
@@ -208,6 +209,10 @@ enum OpKind {
     /// Operands `[a, c]`: `a·s + c`, a `mul_scalar` by `s` whose only
     /// reader is the `add` folded into it.
     ScaleAdd(f64),
+    /// A spike's surrogate derivative ([`SurrogateGrad`]), called directly
+    /// as the core ops are. (A `spike` itself is [`UnaryOp::Step`]: its
+    /// kernel is that op's.)
+    Surrogate(Surrogate),
 }
 
 struct Fused {
@@ -1223,6 +1228,10 @@ fn core_kind(p: &dyn Primitive) -> OpKind {
         OpKind::Binary(b.0)
     } else if let Some(s) = any.downcast_ref::<Scalar>() {
         OpKind::Scalar(s.op, s.value)
+    } else if any.is::<Spike>() {
+        OpKind::Unary(UnaryOp::Step)
+    } else if let Some(g) = any.downcast_ref::<SurrogateGrad>() {
+        OpKind::Surrogate(g.0)
     } else {
         OpKind::Eqn
     }
@@ -1852,6 +1861,7 @@ fn run_fused<T: PoolFloat>(
                     OpKind::Scalar(o, v) => scalar_block(o, v, ins[0], out),
                     OpKind::MulAdd => mul_add_block(ins[0], ins[1], ins[2], out),
                     OpKind::ScaleAdd(s) => scale_add_block(s, ins[0], ins[1], out),
+                    OpKind::Surrogate(s) => surrogate_block(s, ins[0], out),
                 }
             }
             match op.dst {

@@ -15,6 +15,7 @@ mod spike;
 pub use conv::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
 pub use custom_jvp::{custom_jvp, CustomJvp, CustomJvpCall, JvpRule, PrimalFn};
 pub use elementwise::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
+pub(crate) use spike::surrogate_block;
 pub use spike::{spike, Spike, Surrogate, SurrogateGrad};
 
 use crate::error::{Error, Result};

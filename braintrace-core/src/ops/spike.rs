@@ -172,7 +172,7 @@ fn surrogate_kernel<T: Float>(s: Surrogate, a: &ArrayD<T>) -> ArrayD<T> {
 
 crate::kernels::avx2_dispatch!(
     /// `g(u)` over one block (the fused executor's kernel).
-    fn surrogate_block<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) => surrogate_loop
+    pub(crate) fn surrogate_block<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) => surrogate_loop
 );
 
 #[inline(always)]

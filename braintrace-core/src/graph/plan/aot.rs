@@ -21,6 +21,7 @@
 //! compiled_groups_are_current` rewrites it.
 
 use super::{Fused, OpKind, Operand};
+use crate::ops::Surrogate;
 use crate::tensor::DType;
 use std::fmt::Write as _;
 
@@ -99,6 +100,7 @@ pub(super) fn key(f: &Fused) -> Option<String> {
             OpKind::Scalar(o, _) => write!(k, "s{o:?}"),
             OpKind::MulAdd => write!(k, "MulAdd"),
             OpKind::ScaleAdd(_) => write!(k, "ScaleAdd"),
+            OpKind::Surrogate(g) => write!(k, "g{}", surrogate_kind(g)),
             OpKind::Eqn => unreachable!("resolve refuses kernels of their own"),
         }
         .expect("writing to a String");
@@ -128,18 +130,36 @@ pub(super) fn name(key: &str) -> String {
     format!("g{h:016x}")
 }
 
-/// The group's constants, in op order (a scalar op's, a scaled add's),
-/// converted to `f32` as the block kernels convert them.
+/// A surrogate's kind (its parameters are constants).
+fn surrogate_kind(g: &Surrogate) -> &'static str {
+    match g {
+        Surrogate::Arctan { .. } => "Arctan",
+        Surrogate::Sigmoid { .. } => "Sigmoid",
+        Surrogate::ReluGrad { .. } => "ReluGrad",
+    }
+}
+
+/// The group's constants, in op order (a scalar op's, a scaled add's, a
+/// surrogate's two), converted to `f32` as the block kernels convert them.
 pub(super) fn constants(f: &Fused) -> Vec<f32> {
-    f.ops
-        .iter()
-        .filter_map(|op| match op.kind {
-            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => {
-                Some(num_traits::cast(v).unwrap_or(f32::NAN))
+    let c = |v: f64| -> f32 { num_traits::cast(v).unwrap_or(f32::NAN) };
+    let mut out = Vec::new();
+    for op in &f.ops {
+        match op.kind {
+            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => out.push(c(v)),
+            // As `ops::spike`'s kernel: `h / (1 + (k u)²)`,
+            // `α e / (1 + e)²` with `e = exp(−|α u|)`, `max(top − α |u|, 0)`.
+            OpKind::Surrogate(Surrogate::Arctan { alpha }) => {
+                out.extend([c(alpha / 2.0), c(std::f64::consts::PI * alpha / 2.0)])
             }
-            _ => None,
-        })
-        .collect()
+            OpKind::Surrogate(Surrogate::Sigmoid { alpha }) => out.extend([c(alpha), 0.0]),
+            OpKind::Surrogate(Surrogate::ReluGrad { alpha, width }) => {
+                out.extend([c(alpha), c(alpha * width)])
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The Rust source of the group's function (`None` where it cannot be
@@ -217,6 +237,24 @@ pub(super) fn source(f: &Fused) -> Option<String> {
             OpKind::Scalar(o, _) => format!("ScalarOp::{o:?}.apply({}, {})", a[0], constant()),
             OpKind::MulAdd => format!("{} * {} + {}", a[0], a[1], a[2]),
             OpKind::ScaleAdd(_) => format!("{} * {} + {}", a[0], constant(), a[1]),
+            // The formulas of `ops::spike`'s kernel in `f32` (the test
+            // compares the bits).
+            OpKind::Surrogate(g) => {
+                let (c0, c1) = (constant(), constant());
+                match g {
+                    Surrogate::Arctan { .. } => {
+                        format!("{{ let z = {c1} * {}; {c0} / (1.0 + z * z) }}", a[0])
+                    }
+                    Surrogate::Sigmoid { .. } => format!(
+                        "{{ let _ = {c1}; let e = (-({c0} * {}).abs()).exp(); \
+                         let d = 1.0 + e; {c0} * e / (d * d) }}",
+                        a[0]
+                    ),
+                    Surrogate::ReluGrad { .. } => {
+                        format!("({c1} - {c0} * {}.abs()).max(0.0)", a[0])
+                    }
+                }
+            }
             OpKind::Eqn => unreachable!("resolve refuses kernels of their own"),
         };
         line(w, format!("        let v{j} = {e};"));
@@ -275,6 +313,7 @@ mod tests {
     use super::super::{COMPILED_ON, RECORD};
     use crate::learn::{compile, Algorithm, DRtrl, Model, ModelState, PpProp, Reduction};
     use crate::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
+    use crate::ops::Surrogate;
     use crate::{DType, Result, Tensor};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -314,8 +353,9 @@ mod tests {
             .collect()
     }
 
-    /// The bench models (`bench_learn`'s `gru` and `lif` nets) with D-RTRL
-    /// and pp_prop: (name, run's output).
+    /// The bench models (`bench_learn`'s `gru` and `lif` nets, the latter
+    /// also with the other two surrogate gradients) with D-RTRL and
+    /// pp_prop: (name, run's output).
     fn bench_models(n_rec: usize, batch: usize) -> Vec<(String, Vec<u64>)> {
         let algos = || -> [(&str, Algorithm); 2] {
             [
@@ -331,12 +371,21 @@ mod tests {
             );
             out.push((format!("gru {a}"), run(gru, algo, batch)));
         }
-        for (a, algo) in algos() {
-            let lif = Chain::new(
-                LifCell::new("", N_IN, n_rec, 0.8, 0.6, 1.0),
-                LeakyRateReadout::new("readout", n_rec, N_OUT, 5.0, 1.0),
-            );
-            out.push((format!("lif {a}"), run(lif, algo, batch)));
+        // The bench net's surrogate (arctan), and the other two.
+        for g in [
+            Surrogate::default(),
+            Surrogate::sigmoid(),
+            Surrogate::relu_grad(),
+        ] {
+            for (a, algo) in algos() {
+                let mut cell = LifCell::new("", N_IN, n_rec, 0.8, 0.6, 1.0);
+                cell.surrogate = g;
+                let lif = Chain::new(
+                    cell,
+                    LeakyRateReadout::new("readout", n_rec, N_OUT, 5.0, 1.0),
+                );
+                out.push((format!("lif {g:?} {a}"), run(lif, algo, batch)));
+            }
         }
         out
     }

@@ -10,6 +10,269 @@ use crate::kernels::{avx2_dispatch, fastmath};
 #[allow(unused_imports)]
 use crate::ops::{BinaryOp, ScalarOp, UnaryOp};
 
+// fused[add_scalar,spike]
+#[inline(always)]
+fn g541c5480b19c554e_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1] = outs else { unreachable!("2 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let i0 = &ins[0][..n];
+    let c0 = c[0];
+    for p in 0..n {
+        let v0 = i0[p] + c0;
+        let v1 = UnaryOp::Step.apply(v0);
+        o0[p] = v0;
+        o1[p] = v1;
+    }
+}
+avx2_dispatch!(avx512:
+    fn g541c5480b19c554e(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g541c5480b19c554e_body
+);
+
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar,mul_scalar,add,mul,mul,add,mul_scalar,add,mul,mul,add,mul_scalar,add,spike_surrogate_grad,mul,mul,mul,add,div]
+#[inline(always)]
+fn gb5f14fc1ab293b79_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1, o2, o3] = outs else { unreachable!("4 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let o2 = &mut o2[..n];
+    let o3 = &mut o3[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let i4 = &ins[4][..n];
+    let i5 = &ins[5][..n];
+    let i6 = &ins[6][..n];
+    let i7 = &ins[7][..n];
+    let i8 = &ins[8][..n];
+    let i9 = &ins[9][..n];
+    let i10 = &ins[10][..n];
+    let i11 = &ins[11][..n];
+    let i12 = &ins[12][..n];
+    let i13 = &ins[13][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    let c4 = c[4];
+    let c5 = c[5];
+    let c6 = c[6];
+    let c7 = c[7];
+    let c8 = c[8];
+    for p in 0..n {
+        let v0 = { let z = c1 * i0[p]; c0 / (1.0 + z * z) };
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        let v6 = i4[p] * c4 + i5[p];
+        let v7 = i6[p] * i7[p];
+        let v8 = i2[p] * i8[p] + v7;
+        let v9 = v8 * c5 + i9[p];
+        let v10 = v5 * i7[p];
+        let v11 = v3 * i8[p] + v10;
+        let v12 = v11 * c6 + i10[p];
+        let v13 = { let z = c8 * i11[p]; c7 / (1.0 + z * z) };
+        let v14 = i12[p] * v13;
+        let v15 = v12 * v14;
+        let v16 = v9 * v14 + v15;
+        let v17 = v16 / i13[p];
+        o0[p] = v6;
+        o1[p] = v9;
+        o2[p] = v12;
+        o3[p] = v17;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gb5f14fc1ab293b79(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gb5f14fc1ab293b79_body
+);
+
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar,mul_scalar,add,mul,mul,add,mul_scalar,add,mul,mul,add,mul_scalar,add,spike_surrogate_grad,mul,mul,mul,add,div]
+#[inline(always)]
+fn gbd6b0fb3c92e0623_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1, o2, o3] = outs else { unreachable!("4 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let o2 = &mut o2[..n];
+    let o3 = &mut o3[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let i4 = &ins[4][..n];
+    let i5 = &ins[5][..n];
+    let i6 = &ins[6][..n];
+    let i7 = &ins[7][..n];
+    let i8 = &ins[8][..n];
+    let i9 = &ins[9][..n];
+    let i10 = &ins[10][..n];
+    let i11 = &ins[11][..n];
+    let i12 = &ins[12][..n];
+    let i13 = &ins[13][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    let c4 = c[4];
+    let c5 = c[5];
+    let c6 = c[6];
+    let c7 = c[7];
+    let c8 = c[8];
+    for p in 0..n {
+        let v0 = (c1 - c0 * i0[p].abs()).max(0.0);
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        let v6 = i4[p] * c4 + i5[p];
+        let v7 = i6[p] * i7[p];
+        let v8 = i2[p] * i8[p] + v7;
+        let v9 = v8 * c5 + i9[p];
+        let v10 = v5 * i7[p];
+        let v11 = v3 * i8[p] + v10;
+        let v12 = v11 * c6 + i10[p];
+        let v13 = (c8 - c7 * i11[p].abs()).max(0.0);
+        let v14 = i12[p] * v13;
+        let v15 = v12 * v14;
+        let v16 = v9 * v14 + v15;
+        let v17 = v16 / i13[p];
+        o0[p] = v6;
+        o1[p] = v9;
+        o2[p] = v12;
+        o3[p] = v17;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gbd6b0fb3c92e0623(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gbd6b0fb3c92e0623_body
+);
+
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar,mul_scalar,add,mul,mul,add,mul_scalar,add,mul,mul,add,mul_scalar,add,spike_surrogate_grad,mul,mul,mul,add,div]
+#[inline(always)]
+fn g17368c5039c7efe3_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1, o2, o3] = outs else { unreachable!("4 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let o2 = &mut o2[..n];
+    let o3 = &mut o3[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let i4 = &ins[4][..n];
+    let i5 = &ins[5][..n];
+    let i6 = &ins[6][..n];
+    let i7 = &ins[7][..n];
+    let i8 = &ins[8][..n];
+    let i9 = &ins[9][..n];
+    let i10 = &ins[10][..n];
+    let i11 = &ins[11][..n];
+    let i12 = &ins[12][..n];
+    let i13 = &ins[13][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    let c4 = c[4];
+    let c5 = c[5];
+    let c6 = c[6];
+    let c7 = c[7];
+    let c8 = c[8];
+    for p in 0..n {
+        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        let v6 = i4[p] * c4 + i5[p];
+        let v7 = i6[p] * i7[p];
+        let v8 = i2[p] * i8[p] + v7;
+        let v9 = v8 * c5 + i9[p];
+        let v10 = v5 * i7[p];
+        let v11 = v3 * i8[p] + v10;
+        let v12 = v11 * c6 + i10[p];
+        let v13 = { let _ = c8; let e = (-(c7 * i11[p]).abs()).exp(); let d = 1.0 + e; c7 * e / (d * d) };
+        let v14 = i12[p] * v13;
+        let v15 = v12 * v14;
+        let v16 = v9 * v14 + v15;
+        let v17 = v16 / i13[p];
+        o0[p] = v6;
+        o1[p] = v9;
+        o2[p] = v12;
+        o3[p] = v17;
+    }
+}
+avx2_dispatch!(avx512:
+    fn g17368c5039c7efe3(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g17368c5039c7efe3_body
+);
+
+// fused[spike_surrogate_grad,mul]
+#[inline(always)]
+fn g478c344535e64a30_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0] = outs else { unreachable!("1 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    for p in 0..n {
+        let v0 = { let z = c1 * i0[p]; c0 / (1.0 + z * z) };
+        let v1 = i1[p] * v0;
+        o0[p] = v1;
+    }
+}
+avx2_dispatch!(avx512:
+    fn g478c344535e64a30(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g478c344535e64a30_body
+);
+
+// fused[spike_surrogate_grad,mul]
+#[inline(always)]
+fn g7438fdfcba9985c5_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0] = outs else { unreachable!("1 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    for p in 0..n {
+        let v0 = (c1 - c0 * i0[p].abs()).max(0.0);
+        let v1 = i1[p] * v0;
+        o0[p] = v1;
+    }
+}
+avx2_dispatch!(avx512:
+    fn g7438fdfcba9985c5(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g7438fdfcba9985c5_body
+);
+
+// fused[spike_surrogate_grad,mul]
+#[inline(always)]
+fn g61cfd12d6da78203_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0] = outs else { unreachable!("1 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    for p in 0..n {
+        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v1 = i1[p] * v0;
+        o0[p] = v1;
+    }
+}
+avx2_dispatch!(avx512:
+    fn g61cfd12d6da78203(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g61cfd12d6da78203_body
+);
+
 // fused[square,rsub_scalar,mul]
 #[inline(always)]
 fn g56f060b4f78ece35_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
@@ -225,6 +488,130 @@ avx2_dispatch!(avx512:
     fn g80549054a3325465(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => g80549054a3325465_body
 );
 
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar]
+#[inline(always)]
+fn gab303fc751960f1b_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1] = outs else { unreachable!("2 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    for p in 0..n {
+        let v0 = { let z = c1 * i0[p]; c0 / (1.0 + z * z) };
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        o0[p] = v3;
+        o1[p] = v5;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gab303fc751960f1b(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gab303fc751960f1b_body
+);
+
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar]
+#[inline(always)]
+fn gd9b97f3b319c59e6_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1] = outs else { unreachable!("2 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    for p in 0..n {
+        let v0 = (c1 - c0 * i0[p].abs()).max(0.0);
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        o0[p] = v3;
+        o1[p] = v5;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gd9b97f3b319c59e6(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gd9b97f3b319c59e6_body
+);
+
+// fused[spike_surrogate_grad,mul,sub,mul_scalar,add,sub,mul_scalar]
+#[inline(always)]
+fn gcffb90c3573c6b06_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1] = outs else { unreachable!("2 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    let c3 = c[3];
+    for p in 0..n {
+        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v1 = i1[p] * v0;
+        let v2 = i1[p] - v1;
+        let v3 = v2 * c2 + i2[p];
+        let v4 = i3[p] - v0;
+        let v5 = v4 * c3;
+        o0[p] = v3;
+        o1[p] = v5;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gcffb90c3573c6b06(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gcffb90c3573c6b06_body
+);
+
+// fused[add,mul_scalar,add,sub,mul_scalar,add,add_scalar,spike]
+#[inline(always)]
+fn gdaaec41dd4af969f_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
+    let [o0, o1, o2, o3] = outs else { unreachable!("4 outputs") };
+    let n = o0.len();
+    let o0 = &mut o0[..n];
+    let o1 = &mut o1[..n];
+    let o2 = &mut o2[..n];
+    let o3 = &mut o3[..n];
+    let i0 = &ins[0][..n];
+    let i1 = &ins[1][..n];
+    let i2 = &ins[2][..n];
+    let i3 = &ins[3][..n];
+    let i4 = &ins[4][..n];
+    let c0 = c[0];
+    let c1 = c[1];
+    let c2 = c[2];
+    for p in 0..n {
+        let v0 = i0[p] + i4[p];
+        let v1 = i1[p] * c0 + v0;
+        let v2 = i2[p] - i3[p];
+        let v3 = v2 * c1 + v1;
+        let v4 = v3 + c2;
+        let v5 = UnaryOp::Step.apply(v4);
+        o0[p] = v1;
+        o1[p] = v3;
+        o2[p] = v4;
+        o3[p] = v5;
+    }
+}
+avx2_dispatch!(avx512:
+    fn gdaaec41dd4af969f(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) => gdaaec41dd4af969f_body
+);
+
 // fused[add,tanh,rsub_scalar,mul,mul,add,mul,neg,mul,mul,add,square,rsub_scalar,mul,mul,mul_scalar,mul_scalar,add,mul,mul_scalar,mul_scalar,add]
 #[inline(always)]
 fn g0473a78e9c46ce1c_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
@@ -308,6 +695,13 @@ avx2_dispatch!(avx512:
 
 /// Key ([`super::aot::key`]) and function of every compiled group.
 pub(super) static COMPILED: &[(&str, Kernel)] = &[
+    ("in1+0/out2:sAdd(i0,);uStep(v0,);o0,o1,", g541c5480b19c554e),
+    ("in13+1/out4:gArctan(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);ScaleAdd(i4,i5,);bMul(i6,i7,);MulAdd(i2,i8,v7,);ScaleAdd(v8,i9,);bMul(v5,i7,);MulAdd(v3,i8,v10,);ScaleAdd(v11,i10,);gArctan(i11,);bMul(i12,v13,);bMul(v12,v14,);MulAdd(v9,v14,v15,);bDiv(v16,i13,);o6,o9,o12,o17,", gb5f14fc1ab293b79),
+    ("in13+1/out4:gReluGrad(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);ScaleAdd(i4,i5,);bMul(i6,i7,);MulAdd(i2,i8,v7,);ScaleAdd(v8,i9,);bMul(v5,i7,);MulAdd(v3,i8,v10,);ScaleAdd(v11,i10,);gReluGrad(i11,);bMul(i12,v13,);bMul(v12,v14,);MulAdd(v9,v14,v15,);bDiv(v16,i13,);o6,o9,o12,o17,", gbd6b0fb3c92e0623),
+    ("in13+1/out4:gSigmoid(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);ScaleAdd(i4,i5,);bMul(i6,i7,);MulAdd(i2,i8,v7,);ScaleAdd(v8,i9,);bMul(v5,i7,);MulAdd(v3,i8,v10,);ScaleAdd(v11,i10,);gSigmoid(i11,);bMul(i12,v13,);bMul(v12,v14,);MulAdd(v9,v14,v15,);bDiv(v16,i13,);o6,o9,o12,o17,", g17368c5039c7efe3),
+    ("in2+0/out1:gArctan(i0,);bMul(i1,v0,);o1,", g478c344535e64a30),
+    ("in2+0/out1:gReluGrad(i0,);bMul(i1,v0,);o1,", g7438fdfcba9985c5),
+    ("in2+0/out1:gSigmoid(i0,);bMul(i1,v0,);o1,", g61cfd12d6da78203),
     ("in2+0/out1:uSquare(i0,);sRSub(v0,);bMul(i1,v1,);o2,", g56f060b4f78ece35),
     ("in2+1/out1:bMul(i0,i1,);bDiv(v0,i2,);o1,", g4fdb67235ff4b6c7),
     ("in2+1/out2:bAdd(i0,i2,);bSub(v0,i1,);uSquare(v1,);o1,o2,", gec61f927c1e9fc1e),
@@ -317,6 +711,10 @@ pub(super) static COMPILED: &[(&str, Kernel)] = &[
     ("in3+2/out2:bAdd(i0,i3,);uSigmoid(v0,);bAdd(i1,i4,);uSigmoid(v2,);bMul(v3,i2,);o1,o4,", g3e71bd032c4cb748),
     ("in4+0/out1:bMul(i0,i1,);uNeg(v0,);bMul(v0,i2,);MulAdd(v1,i3,v2,);o3,", gdd57e78cf3fc4b84),
     ("in4+0/out2:ScaleAdd(i0,i1,);ScaleAdd(i2,i3,);o0,o1,", g80549054a3325465),
+    ("in4+0/out2:gArctan(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);o3,o5,", gab303fc751960f1b),
+    ("in4+0/out2:gReluGrad(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);o3,o5,", gd9b97f3b319c59e6),
+    ("in4+0/out2:gSigmoid(i0,);bMul(i1,v0,);bSub(i1,v1,);ScaleAdd(v2,i2,);bSub(i3,v0,);sMul(v4,);o3,o5,", gcffb90c3573c6b06),
+    ("in4+1/out4:bAdd(i0,i4,);ScaleAdd(i1,v0,);bSub(i2,i3,);ScaleAdd(v2,v1,);sAdd(v3,);uStep(v4,);o1,o3,o4,o5,", gdaaec41dd4af969f),
     ("in5+1/out3:bAdd(i0,i5,);uTanh(v0,);sRSub(i1,);bMul(i1,v1,);MulAdd(v2,i2,v3,);bMul(i1,v2,);uNeg(v5,);bMul(v5,v1,);MulAdd(v6,i2,v7,);uSquare(v1,);sRSub(v9,);bMul(i1,v10,);bMul(v2,i3,);sMul(v8,);ScaleAdd(v12,v13,);bMul(v2,i4,);sMul(v11,);ScaleAdd(v15,v16,);o4,o14,o17,", g0473a78e9c46ce1c),
     ("in6+0/out4:ScaleAdd(i0,i1,);bMul(i2,i3,);ScaleAdd(v1,i4,);bSub(v0,i5,);uSquare(v3,);o0,o2,o3,o4,", g7117d95fda913568),
 ];
