@@ -1800,23 +1800,26 @@ fn run_fused<T: PoolFloat>(
             fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
         }
         if let Some(k) = compiled {
+            // On the stack: no allocation per block ([`aot`] compiles
+            // groups of at most this many operands).
+            let mut ins: [&[T]; aot::MAX_INS] = [&[]; aot::MAX_INS];
+            let mut os: [&mut [T]; aot::MAX_OUTS] = Default::default();
             let n_bcast = f.scalars.len() + f.rows.len();
-            let ins: Vec<&[T]> = inputs
-                .iter()
-                .map(|v| &v[start..start + len])
-                .chain(bufs[..n_bcast].iter().map(|v| {
-                    let at = aligned(v);
-                    &v[at..at + len]
-                }))
-                .collect();
-            let mut os: Vec<&mut [T]> = outs
-                .iter_mut()
-                .map(|o| {
-                    let at = o.at + start;
-                    &mut o.v[at..at + len]
-                })
-                .collect();
-            T::compiled(k, &ins, &f.constants, &mut os);
+            let n_in = f.inputs.len() + n_bcast;
+            let bcast = bufs[..n_bcast].iter().map(|v| {
+                let at = aligned(v);
+                &v[at..at + len]
+            });
+            let srcs = inputs.iter().map(|v| &v[start..start + len]).chain(bcast);
+            for (slot, v) in ins.iter_mut().zip(srcs) {
+                *slot = v;
+            }
+            for (slot, o) in os.iter_mut().zip(outs.iter_mut()) {
+                let at = o.at + start;
+                *slot = &mut o.v[at..at + len];
+            }
+            let n_out = f.outputs.len();
+            T::compiled(k, &ins[..n_in], &f.constants, &mut os[..n_out]);
             start += len;
             continue;
         }

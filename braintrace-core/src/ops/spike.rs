@@ -105,6 +105,18 @@ impl Surrogate {
         self.validate("spike_surrogate_grad")?;
         bind1(Arc::new(SurrogateGrad(*self)), std::slice::from_ref(u))
     }
+    /// The two constants of the element function `g` in `T` (see
+    /// `with_surrogate!`): arctan `[α/2, πα/2]`, sigmoid `[α, 0]`, relu
+    /// `[α, α·width]`. The fused loops compiled ahead of time take them
+    /// from here too.
+    pub(crate) fn constants<T: Float>(&self) -> [T; 2] {
+        let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
+        match *self {
+            Surrogate::Arctan { alpha } => [c(alpha / 2.0), c(PI * alpha / 2.0)],
+            Surrogate::Sigmoid { alpha } => [c(alpha), T::zero()],
+            Surrogate::ReluGrad { alpha, width } => [c(alpha), c(alpha * width)],
+        }
+    }
     /// `g'(u)` written with core ops (the JVP of [`Surrogate::grad`]).
     fn second_derivative(&self, u: &Tensor) -> Result<Tensor> {
         match *self {
@@ -134,19 +146,19 @@ impl Surrogate {
 /// run `$body`; the surrogate is matched once, outside any loop in `$body`.
 macro_rules! with_surrogate {
     ($s:expr, $t:ty, |$f:ident| $body:expr) => {{
-        let c = |v: f64| <$t>::from(v).unwrap_or_else(<$t>::nan);
+        let [c0, c1] = $s.constants::<$t>();
         let (one, zero) = (<$t>::one(), <$t>::zero());
         match $s {
-            Surrogate::Arctan { alpha } => {
-                let (h, k) = (c(alpha / 2.0), c(PI * alpha / 2.0));
+            Surrogate::Arctan { .. } => {
+                let (h, k) = (c0, c1);
                 let $f = |x: $t| {
                     let z = k * x;
                     h / (one + z * z)
                 };
                 $body
             }
-            Surrogate::Sigmoid { alpha } => {
-                let al = c(alpha);
+            Surrogate::Sigmoid { .. } => {
+                let al = c0;
                 let $f = |x: $t| {
                     // σ(z)(1 − σ(z)) = e / (1 + e)² with e = exp(−|z|): no
                     // overflow, and no cancellation in 1 − σ for large |z|.
@@ -156,8 +168,8 @@ macro_rules! with_surrogate {
                 };
                 $body
             }
-            Surrogate::ReluGrad { alpha, width } => {
-                let (al, top) = (c(alpha), c(alpha * width));
+            Surrogate::ReluGrad { .. } => {
+                let (al, top) = (c0, c1);
                 let $f = |x: $t| (top - al * x.abs()).max(zero);
                 $body
             }

@@ -31,6 +31,11 @@ use std::fmt::Write as _;
 /// the block's length, and the group's constants ([`constants`]).
 pub(super) type Kernel = fn(&[&[f32]], &[f32], &mut [&mut [f32]]);
 
+/// Most inputs (external and broadcast) and outputs of a compiled group:
+/// the executor passes a block's operands in arrays of these sizes.
+pub(super) const MAX_INS: usize = 16;
+pub(super) const MAX_OUTS: usize = 8;
+
 /// Where an op's operand comes from, resolved through the buffers.
 #[derive(Clone, Copy)]
 enum Src {
@@ -45,8 +50,10 @@ enum Src {
 /// that cannot be compiled (a primitive's own kernel) or not in `f32`.
 #[allow(clippy::type_complexity)]
 fn resolve(f: &Fused) -> Option<(Vec<(OpKind, Vec<Src>)>, Vec<usize>)> {
-    // One op runs as fast through its block kernel.
-    if f.dtype != DType::F32 || f.ops.len() < 2 {
+    // One op runs as fast through its block kernel; the executor passes
+    // at most `MAX_INS` inputs and `MAX_OUTS` outputs.
+    let n_ins = f.inputs.len() + f.scalars.len() + f.rows.len();
+    if f.dtype != DType::F32 || f.ops.len() < 2 || n_ins > MAX_INS || f.outputs.len() > MAX_OUTS {
         return None;
     }
     let n_in = f.inputs.len();
@@ -144,20 +151,13 @@ fn surrogate_kind(g: &Surrogate) -> &'static str {
 /// The group's constants, in op order (a scalar op's, a scaled add's, a
 /// surrogate's two), converted to `f32` as the block kernels convert them.
 pub(super) fn constants(f: &Fused) -> Vec<f32> {
-    let c = |v: f64| -> f32 { num_traits::cast(v).unwrap_or(f32::NAN) };
     let mut out = Vec::new();
     for op in &f.ops {
         match op.kind {
-            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => out.push(c(v)),
-            // As `ops::spike`'s kernel: `h / (1 + (k u)²)`,
-            // `α e / (1 + e)²` with `e = exp(−|α u|)`, `max(top − α |u|, 0)`.
-            OpKind::Surrogate(Surrogate::Arctan { alpha }) => {
-                out.extend([c(alpha / 2.0), c(std::f64::consts::PI * alpha / 2.0)])
+            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => {
+                out.push(num_traits::cast(v).unwrap_or(f32::NAN))
             }
-            OpKind::Surrogate(Surrogate::Sigmoid { alpha }) => out.extend([c(alpha), 0.0]),
-            OpKind::Surrogate(Surrogate::ReluGrad { alpha, width }) => {
-                out.extend([c(alpha), c(alpha * width)])
-            }
+            OpKind::Surrogate(g) => out.extend(g.constants::<f32>()),
             _ => {}
         }
     }
