@@ -296,6 +296,7 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
   --threads N: threads for the fused trace kernels and the matrix
                products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
                default 1, to compare with a reference pinned to one core);
+               with more than one, the learner runs on the pool's threads;
   --floor: for gru and lif, also time the floor (examples/floor: D-RTRL's
            trace-bandwidth loop, pp_prop's matrix products) for as many
            steps after each timed run, and report it (floor,
@@ -887,6 +888,21 @@ fn print_table(rows: &[serde_json::Value]) {
     }
 }
 
+/// `f` on one of the rayon pool's threads when there is more than one, so
+/// that the learner's kernels and products split their work with the
+/// other threads without handing it over from outside the pool (and
+/// sleeping) each time; see "Threads" in the book's speed chapter.
+fn in_pool(
+    f: impl FnOnce() -> Result<serde_json::Value> + Send,
+) -> Result<serde_json::Value, String> {
+    let run = || f().map_err(|e| e.to_string());
+    if rayon::current_num_threads() > 1 {
+        rayon::scope(|_| run())
+    } else {
+        run()
+    }
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -910,7 +926,8 @@ fn main() {
             eprintln!("--child needs exactly one configuration");
             std::process::exit(2);
         };
-        match run_config(cfg, args.budget_s, args.runs) {
+        let r = in_pool(|| run_config(cfg, args.budget_s, args.runs));
+        match r {
             Ok(v) => println!("{v}"),
             Err(e) => {
                 eprintln!("{cfg:?}: {e}");
@@ -934,7 +951,7 @@ fn main() {
     let mut failed = 0;
     for cfg in &cfgs {
         let r = if args.in_process {
-            run_config(cfg, args.budget_s, args.runs).map_err(|e| e.to_string())
+            in_pool(|| run_config(cfg, args.budget_s, args.runs))
         } else {
             spawn(cfg, args.budget_s, args.runs)
         };
