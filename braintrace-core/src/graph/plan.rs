@@ -1700,6 +1700,22 @@ fn row_major<T: Copy>(a: &ndarray::ArrayViewD<T>) -> Vec<T> {
     }
 }
 
+/// Least common multiple (`0` when either is `0`).
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    if a == 0 || b == 0 {
+        0
+    } else {
+        a / gcd(a, b) * b
+    }
+}
+
 /// Block `[start, start + dst.len())` (in `order`) of `row` broadcast
 /// along the leading axes of a loop of `size` elements, into `dst`.
 fn fill_row<T: Copy>(dst: &mut [T], row: &[T], start: usize, size: usize, order: Order) {
@@ -1792,12 +1808,32 @@ fn run_fused<T: PoolFloat>(
         .iter()
         .map(|&v| take(pool, class_of[v], f.size))
         .collect();
+    // In row-major order, blocks that start on a multiple of every row's
+    // length read the same broadcast elements: the rows' buffers are then
+    // filled once (a bias of 128 and blocks of 1024: each block used to
+    // copy the bias eight times).
+    let period = match order {
+        Order::C if !rows.is_empty() => rows.iter().try_fold(1usize, |l, r| {
+            Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
+        }),
+        _ => None,
+    };
+    let block = period.map_or(block, |p| block.min(BLOCK / p * p));
+    if period.is_some() {
+        let len = block.min(f.size);
+        for (row, &(_, b)) in rows.iter().zip(&f.rows) {
+            let at = aligned(&bufs[b]);
+            fill_row(&mut bufs[b][at..at + len], row, 0, f.size, order);
+        }
+    }
     let mut start = 0;
     while start < f.size {
         let len = block.min(f.size - start);
-        for (row, &(_, b)) in rows.iter().zip(&f.rows) {
-            let at = aligned(&bufs[b]);
-            fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
+        if period.is_none() {
+            for (row, &(_, b)) in rows.iter().zip(&f.rows) {
+                let at = aligned(&bufs[b]);
+                fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
+            }
         }
         if let Some(k) = compiled {
             // On the stack: no allocation per block ([`aot`] compiles
@@ -2821,6 +2857,48 @@ mod tests {
                     for l in 0..40 {
                         let want = (r2[[j, l]] - za[[i, j, l]]).exp();
                         assert_eq!(k[[i, j, l]], want, "{column_major} k[{i},{j},{l}]");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plan_row_operands_of_several_lengths() {
+        // Rows longer than a block (filled block by block), and rows of 8
+        // and 24 elements (filled once, for blocks of 1008 elements), in
+        // row-major loops of several blocks.
+        use ndarray::Array;
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut arr = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            Array::from_shape_vec(IxDyn(shape), v).unwrap()
+        };
+        for (l, m, n) in [(3, 1, 1100), (50, 3, 8)] {
+            assert!(l * m * n > BLOCK);
+            let x = Tensor::from_array(arr(&[l, m, n]));
+            let r1 = Tensor::from_array(arr(&[n]));
+            let r2 = Tensor::from_array(arr(&[m, n]));
+            let args = vec![x.clone(), r1.clone(), r2.clone()];
+            let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+            let g = trace(
+                |a: &[Tensor]| Ok(vec![a[0].add(&a[1])?.mul(&a[2])?.tanh()?]),
+                &avals,
+            )
+            .unwrap();
+            let p = check(g, &args, "rows of several lengths");
+            let got = p.run(args).unwrap()[0].to_array_f64().unwrap();
+            let (xa, ra, rb) = (
+                x.to_array_f64().unwrap(),
+                r1.to_array_f64().unwrap(),
+                r2.to_array_f64().unwrap(),
+            );
+            for i in 0..l {
+                for j in 0..m {
+                    for k in 0..n {
+                        let want = ((xa[[i, j, k]] + ra[[k]]) * rb[[j, k]]).tanh();
+                        assert_eq!(got[[i, j, k]], want, "({l}, {m}, {n}) [{i},{j},{k}]");
                     }
                 }
             }
