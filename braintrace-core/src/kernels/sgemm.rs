@@ -123,7 +123,7 @@ pub fn gemm(a: &ArrayView2<'_, f32>, b: &PackedB, c: &mut [f32]) {
         b.dim(),
         c.len()
     );
-    split_rows(a, b.panels(), c, false);
+    split(a, b.panels(), c, false);
 }
 
 /// Whether [`gemm_acc`] runs `a @ b` here: `a` `(m, k)` and `b` `(k, n)`
@@ -183,7 +183,7 @@ pub fn gemm_acc(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut [f32])
             row,
             panel: NR,
         };
-        split_rows(&a.slice(ndarray::s![.., k0..k1]), panels, c, true);
+        split(&a.slice(ndarray::s![.., k0..k1]), panels, c, true);
         k0 = k1;
     }
 }
@@ -239,6 +239,20 @@ struct Panels {
 unsafe impl Send for Panels {}
 unsafe impl Sync for Panels {}
 
+impl Panels {
+    /// Columns `c0..c1` (`c0` a multiple of 16, `c1 ≤ n`): the panels from
+    /// `c0 / 16` on.
+    fn columns(self, c0: usize, c1: usize) -> Panels {
+        assert!(c0.is_multiple_of(NR) && c0 < c1 && c1 <= self.n);
+        Panels {
+            // SAFETY: panel `c0 / 16` is one of the `⌈n/16⌉` panels.
+            ptr: unsafe { self.ptr.add(c0 / NR * self.panel) },
+            n: c1 - c0,
+            ..self
+        }
+    }
+}
+
 impl PackedB {
     fn panels(&self) -> Panels {
         Panels {
@@ -251,12 +265,13 @@ impl PackedB {
     }
 }
 
-/// `c = a @ b` (or `c += a @ b` with `acc`), rows split across the current
-/// rayon pool for large products, each thread writing its own rows of
-/// `c`: every element is computed as on one thread, so the result does
-/// not depend on the split. The caller has checked the shapes and the CPU.
-fn split_rows(a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
-    split_rows_on(Isa::best(), a, b, c, acc)
+/// `c = a @ b` (or `c += a @ b` with `acc`), split across the current
+/// rayon pool for large products, each thread writing its own rows or
+/// columns of `c`: every element is computed as on one thread, so the
+/// result does not depend on the split. The caller has checked the shapes
+/// and the CPU.
+fn split(a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
+    split_on(Isa::best(), a, b, c, acc)
 }
 
 /// Which of the kernel's two builds runs.
@@ -280,12 +295,18 @@ impl Isa {
     }
 }
 
-/// [`split_rows`] on the kernel build `isa` (the tests run both).
-fn split_rows_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
+/// [`split`] on the kernel build `isa` (the tests run both).
+fn split_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         let (m, k) = a.dim();
-        let threads = rayon::current_num_threads().min(m);
+        let n = b.n;
+        assert!(
+            c.len() == m * n,
+            "sgemm: {} elements for a ({m}, {n}) result",
+            c.len()
+        );
+        let threads = rayon::current_num_threads().min(m.max(n.div_ceil(2 * NR)));
         // From outside the pool, the caller hands every part to the pool's
         // threads and sleeps until they are done: two context switches,
         // tens of microseconds on a virtual machine, which only a large
@@ -295,20 +316,39 @@ fn split_rows_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], ac
         } else {
             PAR_MIN_WORK_OUTSIDE
         };
-        if threads > 1 && m * k * b.n >= min {
+        let cp = SendPtr(c.as_mut_ptr());
+        if threads > 1 && m * k * n >= min {
             use rayon::prelude::*;
-            let per = m.div_ceil(threads);
-            c.par_chunks_mut(per * b.n).enumerate().for_each(|(t, c)| {
-                rows(
-                    isa,
-                    &a.slice(ndarray::s![t * per..t * per + c.len() / b.n, ..]),
-                    b,
-                    c,
-                    acc,
-                )
-            });
+            // Each thread reads all of one operand and its share of the
+            // other: it takes columns (panels of `B`) when `A` is the
+            // smaller, rows otherwise (split by rows, each thread streams
+            // the whole weight of a step's forward product `x W`). Two
+            // threads in a pool, three 528 × 512 weights in turn: 16 rows
+            // 153–189 GFMA/s by rows, 205–208 by columns; 64 rows 206–231
+            // and 230–235 (one thread: 106–112).
+            if m < n {
+                // In pairs of panels (the AVX-512 build's blocks).
+                let pairs = n.div_ceil(2 * NR);
+                let per = pairs.div_ceil(threads);
+                (0..pairs.div_ceil(per)).into_par_iter().for_each(|t| {
+                    let (c0, c1) = (t * per * 2 * NR, ((t + 1) * per * 2 * NR).min(n));
+                    let part = b.columns(c0, c1);
+                    // SAFETY: columns `c0..c1` of every row of `c` (this
+                    // part's alone) from `c[0][c0]` at row stride `n`.
+                    unsafe { rows(isa, a, part, cp.get().add(c0), n, acc) }
+                });
+            } else {
+                let per = m.div_ceil(threads);
+                (0..m.div_ceil(per)).into_par_iter().for_each(|t| {
+                    let (r0, r1) = (t * per, ((t + 1) * per).min(m));
+                    let part = a.slice(ndarray::s![r0..r1, ..]);
+                    // SAFETY: rows `r0..r1` of `c` (this part's alone).
+                    unsafe { rows(isa, &part, b, cp.get().add(r0 * n), n, acc) }
+                });
+            }
         } else {
-            rows(isa, a, b, c, acc);
+            // SAFETY: `c` holds the `m × n` result.
+            unsafe { rows(isa, a, b, cp.get(), n, acc) }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -317,6 +357,21 @@ fn split_rows_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], ac
         unreachable!("`applies` and `acc_applies` are false off x86_64")
     }
 }
+
+/// A result's pointer shared by the threads that write its disjoint parts.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: each thread writes only its own part of the result (see
+// `split_on`), which outlives the threads' work.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
 
 /// Multiply-adds from which [`gemm`] splits its rows across threads when
 /// called on one of the pool's threads (`rayon::ThreadPool::install`).
@@ -331,16 +386,22 @@ const PAR_MIN_WORK: usize = 1 << 20;
 /// against 0.272 unsplit.
 const PAR_MIN_WORK_OUTSIDE: usize = 1 << 22;
 
-/// [`split_rows`] on the calling thread.
+/// `a @ b` (or, with `acc`, `c + a @ b`) into `c`, an `(m, b.n)` block at
+/// row stride `ldc`, on the calling thread.
+///
+/// # Safety
+///
+/// `c` is valid for writes at `r·ldc + j` for `r < m`, `j < b.n`, and no
+/// other thread reads or writes those elements meanwhile; `ldc ≥ b.n`.
 #[cfg(target_arch = "x86_64")]
-fn rows(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) {
+unsafe fn rows(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: *mut f32, ldc: usize, acc: bool) {
     let (m, k) = a.dim();
     assert!(
         available()
             && (isa == Isa::Avx2 || std::arch::is_x86_feature_detected!("avx512f"))
             && a.strides().iter().all(|&s| s >= 0)
             && k == b.k
-            && c.len() == m * b.n
+            && ldc >= b.n
             && (b.row == NR || b.n.is_multiple_of(NR))
     );
     let (rs, cs) = (a.strides()[0] as usize, a.strides()[1] as usize);
@@ -349,12 +410,12 @@ fn rows(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bool) 
     // with non-negative strides `(rs, cs)`, so element `(r, kk)` lies at
     // `a.as_ptr() + r·rs + kk·cs` for `r < m`, `kk < k`; `b` holds
     // `⌈n/16⌉` panels of `k` rows of 16 at its strides (packed panels,
-    // or the rows of a view with `n` a multiple of 16); `c` is `m · n`
-    // long.
+    // or the rows of a view with `n` a multiple of 16); `c` is valid for
+    // the `m × n` block at stride `ldc` (the caller's contract).
     unsafe {
         match isa {
-            Isa::Avx2 => x86::gemm(a.as_ptr(), rs, cs, m, k, b, c, acc),
-            Isa::Avx512 => x86::gemm512(a.as_ptr(), rs, cs, m, k, b, c, acc),
+            Isa::Avx2 => x86::gemm(a.as_ptr(), rs, cs, m, k, b, c, ldc, acc),
+            Isa::Avx512 => x86::gemm512(a.as_ptr(), rs, cs, m, k, b, c, ldc, acc),
         }
     }
 }
@@ -380,7 +441,8 @@ mod x86 {
         m: usize,
         k: usize,
         b: Panels,
-        c: &mut [f32],
+        c: *mut f32,
+        ldc: usize,
         acc: bool,
     ) {
         let n = b.n;
@@ -404,7 +466,7 @@ mod x86 {
                 let r0 = j * MR;
                 let rows = MR.min(m - r0);
                 let ap = a.add(r0 * rs);
-                let out = &mut c[r0 * n + c0..];
+                let out = c.add(r0 * ldc + c0);
                 let (lo, hi) = (j * k / blocks, (j + 1) * k / blocks);
                 let pf = if next.is_null() {
                     (next, 0)
@@ -417,12 +479,12 @@ mod x86 {
                 // holds `k` rows of 16 at stride `b.row`; `pf` covers rows
                 // `lo..hi` of the next panel (`hi ≤ k`), or nothing.
                 match rows {
-                    6 => block::<6>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
-                    5 => block::<5>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
-                    4 => block::<4>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
-                    3 => block::<3>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
-                    2 => block::<2>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
-                    _ => block::<1>(ap, rs, cs, panel, b.row, k, out, n, w, pf, acc),
+                    6 => block::<6>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
+                    5 => block::<5>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
+                    4 => block::<4>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
+                    3 => block::<3>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
+                    2 => block::<2>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
+                    _ => block::<1>(ap, rs, cs, panel, b.row, k, out, ldc, w, pf, acc),
                 }
             }
         }
@@ -447,7 +509,8 @@ mod x86 {
         m: usize,
         k: usize,
         b: Panels,
-        c: &mut [f32],
+        c: *mut f32,
+        ldc: usize,
         acc: bool,
     ) {
         let n = b.n;
@@ -471,7 +534,7 @@ mod x86 {
             for j in 0..blocks {
                 let (r0, r1) = (j * m / blocks, (j + 1) * m / blocks);
                 let ap = a.add(r0 * rs);
-                let out = &mut c[r0 * n + c0..];
+                let out = c.add(r0 * ldc + c0);
                 let (lo, hi) = (j * k / blocks, (j + 1) * k / blocks);
                 let pf = if next.is_null() {
                     (next, 0, 0)
@@ -482,8 +545,8 @@ mod x86 {
                     ($($r:literal)*) => {
                         match (r1 - r0, pair) {
                             $(
-                                ($r, true) => block512::<$r, 2>(ap, rs, cs, panel, b.row, b.panel, k, out, n, w, pf, acc),
-                                ($r, false) => block512::<$r, 1>(ap, rs, cs, panel, b.row, b.panel, k, out, n, w, pf, acc),
+                                ($r, true) => block512::<$r, 2>(ap, rs, cs, panel, b.row, b.panel, k, out, ldc, w, pf, acc),
+                                ($r, false) => block512::<$r, 1>(ap, rs, cs, panel, b.row, b.panel, k, out, ldc, w, pf, acc),
                             )*
                             _ => unreachable!("blocks of 1 to {MR512} rows"),
                         }
@@ -523,13 +586,13 @@ mod x86 {
         ldb: usize,
         pstride: usize,
         k: usize,
-        out: &mut [f32],
+        out: *mut f32,
         ldc: usize,
         w: usize,
         pf: (*const f32, usize, usize),
         acc: bool,
     ) {
-        debug_assert!(out.len() >= (R - 1) * ldc + w && pf.1 <= k && w <= P * NR);
+        debug_assert!(pf.1 <= k && w <= P * NR);
         let mask = |q: usize| -> __mmask16 {
             let cols = w.saturating_sub(q * NR).min(NR);
             ((1u32 << cols) - 1) as __mmask16
@@ -539,7 +602,7 @@ mod x86 {
         if acc {
             for (r, row) in c.iter_mut().enumerate() {
                 for (q, v) in row.iter_mut().enumerate() {
-                    *v = _mm512_maskz_loadu_ps(masks[q], out.as_ptr().add(r * ldc + q * NR));
+                    *v = _mm512_maskz_loadu_ps(masks[q], out.add(r * ldc + q * NR));
                 }
             }
         }
@@ -569,7 +632,7 @@ mod x86 {
         }
         for (r, row) in c.iter().enumerate() {
             for (q, v) in row.iter().enumerate() {
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * ldc + q * NR), masks[q], *v);
+                _mm512_mask_storeu_ps(out.add(r * ldc + q * NR), masks[q], *v);
             }
         }
     }
@@ -596,18 +659,18 @@ mod x86 {
         bp: *const f32,
         ldb: usize,
         k: usize,
-        out: &mut [f32],
+        out: *mut f32,
         ldc: usize,
         w: usize,
         pf: (*const f32, usize),
         acc: bool,
     ) {
-        debug_assert!(out.len() >= (R - 1) * ldc + w && pf.1 <= k);
+        debug_assert!(pf.1 <= k);
         let mut lo = [_mm256_setzero_ps(); MR];
         let mut hi = [_mm256_setzero_ps(); MR];
         if acc {
             for r in 0..R {
-                let src = &out[r * ldc..r * ldc + w];
+                let src = std::slice::from_raw_parts(out.add(r * ldc), w);
                 let mut row = [0f32; NR];
                 let from = if w == NR {
                     src.as_ptr()
@@ -639,7 +702,7 @@ mod x86 {
             term!(kk);
         }
         for r in 0..R {
-            let dst = &mut out[r * ldc..r * ldc + w];
+            let dst = std::slice::from_raw_parts_mut(out.add(r * ldc), w);
             if w == NR {
                 // A full panel straight from the registers (a copy of a
                 // runtime length was a call to `memmove` per row).
@@ -797,11 +860,11 @@ mod tests {
                 let packed = PackedB::new(&b);
                 for &isa in &isas {
                     let mut c = vec![f32::NAN; m * n];
-                    split_rows_on(isa, &a.view(), packed.panels(), &mut c, false);
+                    split_on(isa, &a.view(), packed.panels(), &mut c, false);
                     let want = fma_chain(&a.view(), &b, &vec![0.0; m * n]);
                     assert_eq!(c, want, "{isa:?}: ({m}, {k}) @ ({k}, {n})");
                     let mut c = c0.clone();
-                    split_rows_on(isa, &a.view(), packed.panels(), &mut c, true);
+                    split_on(isa, &a.view(), packed.panels(), &mut c, true);
                     let want = fma_chain(&a.view(), &b, &c0);
                     assert_eq!(c, want, "{isa:?}: ({m}, {k}) @ ({k}, {n}) added");
                     if acc_applies(&a.view(), &b) {
@@ -813,7 +876,7 @@ mod tests {
                             panel: NR,
                         };
                         let mut c = c0.clone();
-                        split_rows_on(isa, &a.view(), in_place, &mut c, true);
+                        split_on(isa, &a.view(), in_place, &mut c, true);
                         assert_eq!(c, want, "{isa:?}: ({m}, {k}) @ ({k}, {n}) in place");
                     }
                 }
@@ -945,6 +1008,27 @@ mod tests {
         // threads), where only products of `PAR_MIN_WORK_OUTSIDE` split.
         assert!(m * k * n >= PAR_MIN_WORK_OUTSIDE);
         assert_eq!(run(), one, "gemm_acc from outside the pool");
+        // gemm_acc with fewer rows than columns: split by columns (pairs
+        // of panels, a last part of one panel), adding into `c`.
+        let (m, k, n) = (40, 200, 176);
+        assert!(m * k * n >= PAR_MIN_WORK && m < n);
+        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 29 + j * 3) % 13) as f32 / 5.0 - 1.1);
+        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 7 + j * 11) % 19) as f32 / 9.0 - 0.9);
+        let c0: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32 - 3.0).collect();
+        let run = || {
+            let mut c = c0.clone();
+            gemm_acc(&x.t(), &b.view(), &mut c);
+            c
+        };
+        let one = on(1, &run);
+        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
+        for threads in [2, 3, 4, 7] {
+            assert_eq!(
+                on(threads, &run),
+                one,
+                "gemm_acc by columns, {threads} threads"
+            );
+        }
     }
 
     #[test]
