@@ -248,7 +248,7 @@ pub(super) fn source(f: &Fused) -> Option<String> {
                         format!("{{ let z = {c1} * {}; {c0} / (1.0 + z * z) }}", a[0])
                     }
                     Surrogate::Sigmoid { .. } => format!(
-                        "{{ let _ = {c1}; let e = (-({c0} * {}).abs()).exp(); \
+                        "{{ let _ = {c1}; let e = fastmath::exp_f32(-({c0} * {}).abs()); \
                          let d = 1.0 + e; {c0} * e / (d * d) }}",
                         a[0]
                     ),

@@ -185,7 +185,7 @@ fn g17368c5039c7efe3_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
     let c7 = c[7];
     let c8 = c[8];
     for p in 0..n {
-        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v0 = { let _ = c1; let e = fastmath::exp_f32(-(c0 * i0[p]).abs()); let d = 1.0 + e; c0 * e / (d * d) };
         let v1 = i1[p] * v0;
         let v2 = i1[p] - v1;
         let v3 = v2 * c2 + i2[p];
@@ -198,7 +198,7 @@ fn g17368c5039c7efe3_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
         let v10 = v5 * i7[p];
         let v11 = v3 * i8[p] + v10;
         let v12 = v11 * c6 + i10[p];
-        let v13 = { let _ = c8; let e = (-(c7 * i11[p]).abs()).exp(); let d = 1.0 + e; c7 * e / (d * d) };
+        let v13 = { let _ = c8; let e = fastmath::exp_f32(-(c7 * i11[p]).abs()); let d = 1.0 + e; c7 * e / (d * d) };
         let v14 = i12[p] * v13;
         let v15 = v12 * v14;
         let v16 = v9 * v14 + v15;
@@ -264,7 +264,7 @@ fn g61cfd12d6da78203_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
     let c0 = c[0];
     let c1 = c[1];
     for p in 0..n {
-        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v0 = { let _ = c1; let e = fastmath::exp_f32(-(c0 * i0[p]).abs()); let d = 1.0 + e; c0 * e / (d * d) };
         let v1 = i1[p] * v0;
         o0[p] = v1;
     }
@@ -564,7 +564,7 @@ fn gcffb90c3573c6b06_body(ins: &[&[f32]], c: &[f32], outs: &mut [&mut [f32]]) {
     let c2 = c[2];
     let c3 = c[3];
     for p in 0..n {
-        let v0 = { let _ = c1; let e = (-(c0 * i0[p]).abs()).exp(); let d = 1.0 + e; c0 * e / (d * d) };
+        let v0 = { let _ = c1; let e = fastmath::exp_f32(-(c0 * i0[p]).abs()); let d = 1.0 + e; c0 * e / (d * d) };
         let v1 = i1[p] * v0;
         let v2 = i1[p] - v1;
         let v3 = v2 * c2 + i2[p];
