@@ -2753,15 +2753,18 @@ mod tests {
         assert!(seen.iter().all(|&n| n >= 2), "{seen:?}");
     }
 
+    /// An array of `shape` with values drawn uniformly from `[-1, 1)`.
+    fn random_array(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
+        let n: usize = shape.iter().product();
+        let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+    }
+
     #[test]
     fn plan_non_contiguous_and_column_major_operands() {
-        use ndarray::{s, Array};
+        use ndarray::s;
         let mut rng = StdRng::seed_from_u64(5);
-        let mut arr = |shape: &[usize]| {
-            let n: usize = shape.iter().product();
-            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-            Array::from_shape_vec(IxDyn(shape), v).unwrap()
-        };
+        let mut arr = |shape: &[usize]| random_array(&mut rng, shape);
         // Column-major 2-D and 3-D, strided (neither order), row-major.
         let f2 = Tensor::from_array(arr(&[40, 30]).reversed_axes());
         let f3 = Tensor::from_array(arr(&[5, 4, 3]).reversed_axes());
@@ -2791,13 +2794,8 @@ mod tests {
 
     #[test]
     fn plan_row_operands_broadcast_in_either_order() {
-        use ndarray::Array;
         let mut rng = StdRng::seed_from_u64(9);
-        let mut arr = |shape: &[usize]| {
-            let n: usize = shape.iter().product();
-            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-            Array::from_shape_vec(IxDyn(shape), v).unwrap()
-        };
+        let mut arr = |shape: &[usize]| random_array(&mut rng, shape);
         // Row-major and column-major loops (2-D over 300 elements: blocks
         // that end inside a row), and a 3-D loop with a 2-D trailing row.
         for column_major in [false, true] {
@@ -2868,13 +2866,8 @@ mod tests {
         // Rows longer than a block (filled block by block), and rows of 8
         // and 24 elements (filled once, for blocks of 1008 elements), in
         // row-major loops of several blocks.
-        use ndarray::Array;
         let mut rng = StdRng::seed_from_u64(11);
-        let mut arr = |shape: &[usize]| {
-            let n: usize = shape.iter().product();
-            let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-            Array::from_shape_vec(IxDyn(shape), v).unwrap()
-        };
+        let mut arr = |shape: &[usize]| random_array(&mut rng, shape);
         for (l, m, n) in [(3, 1, 1100), (50, 3, 8)] {
             assert!(l * m * n > BLOCK);
             let x = Tensor::from_array(arr(&[l, m, n]));

@@ -988,46 +988,41 @@ mod tests {
         for (&got, &want) in one.iter().zip(want.iter()) {
             assert!((got as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()));
         }
-        // gemm_acc: c += xᵀ @ b with b in place, more rows than gemm takes.
-        let (m, k, n) = (300, 256, 64);
-        assert!(m * k * n >= PAR_MIN_WORK);
-        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
-        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
-        let c0: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 - 2.0).collect();
-        let run = || {
-            let mut c = c0.clone();
+        // gemm_acc: c += xᵀ @ b with b in place.
+        let operands = |m: usize, k: usize, n: usize| {
+            let x =
+                Array2::from_shape_fn((k, m), |(i, j)| ((i * 31 + j * 7) % 17) as f32 / 9.0 - 0.9);
+            let b =
+                Array2::from_shape_fn((k, n), |(i, j)| ((i * 13 + j * 5) % 11) as f32 / 7.0 - 0.7);
+            let c0: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 - 2.0).collect();
+            (x, b, c0)
+        };
+        let acc = |x: &Array2<f32>, b: &Array2<f32>, c0: &[f32]| {
+            let mut c = c0.to_vec();
             gemm_acc(&x.t(), &b.view(), &mut c);
             c
         };
-        let one = on(1, &run);
-        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
-        for threads in [2, 3] {
-            assert_eq!(on(threads, &run), one, "gemm_acc, {threads} threads");
-        }
-        // From outside any pool (this test's thread, the global pool's
-        // threads), where only products of `PAR_MIN_WORK_OUTSIDE` split.
-        assert!(m * k * n >= PAR_MIN_WORK_OUTSIDE);
-        assert_eq!(run(), one, "gemm_acc from outside the pool");
-        // gemm_acc with fewer rows than columns: split by columns (pairs
-        // of panels, a last part of one panel), adding into `c`.
-        let (m, k, n) = (40, 200, 176);
-        assert!(m * k * n >= PAR_MIN_WORK && m < n);
-        let x = Array2::from_shape_fn((k, m), |(i, j)| ((i * 29 + j * 3) % 13) as f32 / 5.0 - 1.1);
-        let b = Array2::from_shape_fn((k, n), |(i, j)| ((i * 7 + j * 11) % 19) as f32 / 9.0 - 0.9);
-        let c0: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32 - 3.0).collect();
-        let run = || {
-            let mut c = c0.clone();
-            gemm_acc(&x.t(), &b.view(), &mut c);
-            c
-        };
-        let one = on(1, &run);
-        assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
-        for threads in [2, 3, 4, 7] {
-            assert_eq!(
-                on(threads, &run),
-                one,
-                "gemm_acc by columns, {threads} threads"
-            );
+        // More rows than gemm takes (split by rows), then fewer rows than
+        // columns (split by columns: pairs of panels, a last part of one
+        // panel).
+        for ((m, k, n), threads) in [
+            ((300, 256, 64), &[2, 3][..]),
+            ((40, 200, 176), &[2, 3, 4, 7]),
+        ] {
+            assert!(m * k * n >= PAR_MIN_WORK);
+            let (x, b, c0) = operands(m, k, n);
+            let run = || acc(&x, &b, &c0);
+            let one = on(1, &run);
+            assert_eq!(one, fma_chain(&x.t(), &b.view(), &c0));
+            for &t in threads {
+                assert_eq!(on(t, &run), one, "gemm_acc ({m}, {k}, {n}), {t} threads");
+            }
+            // From outside any pool (this test's thread, the global
+            // pool's threads), where only products of
+            // `PAR_MIN_WORK_OUTSIDE` split.
+            if m * k * n >= PAR_MIN_WORK_OUTSIDE {
+                assert_eq!(run(), one, "gemm_acc ({m}, {k}, {n}) from outside the pool");
+            }
         }
     }
 
