@@ -373,7 +373,7 @@ impl SendPtr {
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
-/// Multiply-adds from which [`gemm`] splits its rows across threads when
+/// Multiply-adds from which a product splits across threads when
 /// called on one of the pool's threads (`rayon::ThreadPool::install`).
 /// GRU pp_prop 128×64 (products of 1.2 M), two threads, in a pool:
 /// 0.064 ms/step against 0.075 on one thread.
@@ -431,7 +431,8 @@ mod x86 {
     ///
     /// As [`super::rows`] checks: AVX2 and FMA, `a` valid at
     /// `r·rs + kk·cs` for `r < m`, `kk < k`, `b.k == k`, `b` valid for its
-    /// `⌈n/16⌉` panels of `k` rows of 16, `c.len() == m·b.n`.
+    /// `⌈n/16⌉` panels of `k` rows of 16, `c` valid for writes at
+    /// `r·ldc + j` for `r < m`, `j < b.n` (no other thread's), `ldc ≥ b.n`.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn gemm(
@@ -573,8 +574,8 @@ mod x86 {
     /// # Safety
     ///
     /// AVX-512F; `a` valid at `r·rs + kk·cs` for `r < R`, `kk < k`; the
-    /// `P` panels valid for `k` rows of 16 at stride `ldb`; `out` holds
-    /// `(R − 1)·ldc + w` elements; `pf.1 ≤ k`.
+    /// `P` panels valid for `k` rows of 16 at stride `ldb`; `out` valid
+    /// for reads and writes at `r·ldc + j` for `r < R`, `j < w`; `pf.1 ≤ k`.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -645,8 +646,9 @@ mod x86 {
     /// # Safety
     ///
     /// AVX2 and FMA; `a` valid at `r·rs + kk·cs` for `r < R`, `kk < k`;
-    /// `panel` valid for `k` rows of 16 at stride `ldb`; `out` holds
-    /// `(R − 1)·ldc + w` elements; `pf.1 ≤ k` (prefetching never faults,
+    /// `panel` valid for `k` rows of 16 at stride `ldb`; `out` valid for
+    /// reads and writes at `r·ldc + j` for `r < R`, `j < w`; `pf.1 ≤ k`
+    /// (prefetching never faults,
     /// but the address must be computable: `pf.0` spans `pf.1` rows at
     /// stride `ldb`).
     #[allow(clippy::too_many_arguments)]
