@@ -1819,21 +1819,20 @@ fn run_fused<T: PoolFloat>(
         _ => None,
     };
     let block = period.map_or(block, |p| block.min(BLOCK / p * p));
-    if period.is_some() {
-        let len = block.min(f.size);
+    let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
         for (row, &(_, b)) in rows.iter().zip(&f.rows) {
             let at = aligned(&bufs[b]);
-            fill_row(&mut bufs[b][at..at + len], row, 0, f.size, order);
+            fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
         }
+    };
+    if period.is_some() {
+        fill_rows(&mut bufs, 0, block.min(f.size));
     }
     let mut start = 0;
     while start < f.size {
         let len = block.min(f.size - start);
         if period.is_none() {
-            for (row, &(_, b)) in rows.iter().zip(&f.rows) {
-                let at = aligned(&bufs[b]);
-                fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
-            }
+            fill_rows(&mut bufs, start, len);
         }
         if let Some(k) = compiled {
             // On the stack: no allocation per block ([`aot`] compiles

@@ -307,15 +307,7 @@ fn split_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bo
             c.len()
         );
         let threads = rayon::current_num_threads().min(m.max(n.div_ceil(2 * NR)));
-        // From outside the pool, the caller hands every part to the pool's
-        // threads and sleeps until they are done: two context switches,
-        // tens of microseconds on a virtual machine, which only a large
-        // product pays for.
-        let min = if rayon::current_thread_index().is_some() {
-            PAR_MIN_WORK
-        } else {
-            PAR_MIN_WORK_OUTSIDE
-        };
+        let min = super::split_threshold(PAR_MIN_WORK, PAR_MIN_WORK_OUTSIDE);
         let cp = SendPtr(c.as_mut_ptr());
         if threads > 1 && m * k * n >= min {
             use rayon::prelude::*;

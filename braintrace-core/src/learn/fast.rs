@@ -788,12 +788,7 @@ impl FastTrace {
             _ => None,
         };
         let threads_for = |n: usize| {
-            let min = if rayon::current_thread_index().is_some() {
-                PAR_MIN_ELEMS
-            } else {
-                PAR_MIN_ELEMS_OUTSIDE
-            };
-            if n >= min {
+            if n >= crate::kernels::split_threshold(PAR_MIN_ELEMS, PAR_MIN_ELEMS_OUTSIDE) {
                 rayon::current_num_threads()
             } else {
                 1
@@ -1144,9 +1139,8 @@ struct Dims {
 /// runs on one of the pool's threads (`rayon::ThreadPool::install`).
 const PAR_MIN_ELEMS: usize = 1 << 16;
 
-/// The same for a learner called from outside the pool, which hands every
-/// part to the pool's threads and sleeps until they are done (two context
-/// switches, tens of microseconds on a virtual machine). Measured with
+/// The same for a learner called from outside the pool (see
+/// [`split_threshold`](crate::kernels::split_threshold)). Measured with
 /// `bench_learn`, GRU D-RTRL, two threads from the main thread against one
 /// thread, medians of 3 alternating rounds: hidden 128, batch 16 (295 K
 /// elements per trainable) split: 0.141 against 0.109 ms/step; 512×16
