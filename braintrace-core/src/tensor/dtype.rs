@@ -147,3 +147,12 @@ pub fn checked_size(op: &str, shape: &[usize]) -> crate::Result<usize> {
         )),
     }
 }
+
+/// Whether two shapes are equal, compared inline: `==` on the slices calls
+/// the C library's `memcmp`, tens of instructions for the one to four
+/// lengths of a shape, and the planned executor compares shapes several
+/// times per equation.
+#[inline]
+pub(crate) fn same_shape(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}

@@ -8,6 +8,7 @@ mod inplace;
 mod layout;
 
 pub use data::{ArrayData, Element};
+pub(crate) use dtype::same_shape;
 pub use dtype::{checked_size, saturating_size, Aval, DType};
 pub use inplace::ArrayElement;
 pub(crate) use layout::{
