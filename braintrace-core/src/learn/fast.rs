@@ -432,12 +432,20 @@ fn zeros(dtype: DType, shape: &[usize]) -> Result<ArrayData> {
 
 /// A tensor's data in `dt`, row-major (one strided copy when it is not).
 fn contiguous(t: &Tensor, dt: DType) -> Result<ArrayData> {
+    contiguous_t(t, dt)?.data().cloned()
+}
+
+/// A step's operand in `dt`, row-major: `t` itself (a handle, no copy)
+/// when it already is (a copy per operand and step cost a GRU D-RTRL step
+/// at hidden 16, batch 1 about a tenth of its time), else a row-major copy.
+fn contiguous_t(t: &Tensor, dt: DType) -> Result<Tensor> {
     let t = t.cast(dt)?;
-    Ok(match t.data()? {
-        ArrayData::F32(a) if !a.is_standard_layout() => ArrayData::F32(to_standard(a.view())),
-        ArrayData::F64(a) if !a.is_standard_layout() => ArrayData::F64(to_standard(a.view())),
-        other => other.clone(),
-    })
+    let fixed = match t.data()? {
+        ArrayData::F32(a) if !a.is_standard_layout() => Some(ArrayData::F32(to_standard(a.view()))),
+        ArrayData::F64(a) if !a.is_standard_layout() => Some(ArrayData::F64(to_standard(a.view()))),
+        _ => None,
+    };
+    Ok(fixed.map_or(t, Tensor::from_data))
 }
 
 impl FastTrace {
@@ -783,7 +791,7 @@ impl FastTrace {
             (_, x) => x,
         };
         let xd = match (self.has_input, x) {
-            (true, Some(x)) => Some(contiguous(x, dt)?),
+            (true, Some(x)) => Some(contiguous_t(x, dt)?),
             (true, None) => return Err(Error::invalid(op, "a weight trace needs x")),
             _ => None,
         };
@@ -812,7 +820,7 @@ impl FastTrace {
             ];
             let have = [
                 self.data.shape().iter().product::<usize>(),
-                xd.as_ref().map_or(0, |a| a.shape().iter().product()),
+                xd.as_ref().map_or(0, |a| a.size()),
                 d.shape().iter().product(),
                 df.shape().iter().product(),
             ];
@@ -829,14 +837,14 @@ impl FastTrace {
                     "trace, input, D and Df disagree",
                 ));
             }
-            let (dd, dfd) = (contiguous(d, dt)?, contiguous(df, dt)?);
-            let gd = g.map(|g| contiguous(g, dt)).transpose()?;
+            let (dd, dfd) = (contiguous_t(d, dt)?, contiguous_t(df, dt)?);
+            let gd = g.map(|g| contiguous_t(g, dt)).transpose()?;
             let threads = threads_for(batch * nnz * s);
             let ops = Stored {
-                x: xd.as_ref(),
-                d: &dd,
-                df: &dfd,
-                g: gd.as_ref(),
+                x: xd.as_ref().map(|x| x.data()).transpose()?,
+                d: dd.data()?,
+                df: dfd.data()?,
+                g: gd.as_ref().map(|g| g.data()).transpose()?,
                 scale: self.prep.scale.as_ref(),
             };
             let kernel = Loop::Sparse(dims, &sp);
@@ -885,19 +893,19 @@ impl FastTrace {
         // The operands' rows in the trace's layout: D's `S·S` values per
         // output, Df's and g's `S`.
         let (dd, dfd) = (
-            Blocked { n: o, k: s * s }.apply(contiguous(d, dt)?),
-            self.row.apply(contiguous(df, dt)?),
+            Blocked { n: o, k: s * s }.apply(contiguous_t(d, dt)?)?,
+            self.row.apply(contiguous_t(df, dt)?)?,
         );
         let gd = g
-            .map(|g| Ok::<_, Error>(self.row.apply(contiguous(g, dt)?)))
+            .map(|g| self.row.apply(contiguous_t(g, dt)?))
             .transpose()?;
         let dims = Dims { batch, i, o, s };
         let threads = threads_for(batch * i * o * s);
         let ops = Stored {
-            x: xd.as_ref(),
-            d: &dd,
-            df: &dfd,
-            g: gd.as_ref(),
+            x: xd.as_ref().map(|x| x.data()).transpose()?,
+            d: dd.data()?,
+            df: dfd.data()?,
+            g: gd.as_ref().map(|g| g.data()).transpose()?,
             scale: self.prep.scale.as_ref(),
         };
         run(
@@ -977,12 +985,13 @@ impl Blocked {
 
     /// A contiguous operand whose rows are in the public order, in this
     /// layout (itself when `k` is 1).
-    fn apply(self, a: ArrayData) -> ArrayData {
+    fn apply(self, a: Tensor) -> Result<Tensor> {
         if self.k <= 1 {
-            return a;
+            return Ok(a);
         }
-        let shape = a.shape().to_vec();
-        self.moved(&a, true, &shape)
+        let d = a.data()?;
+        let shape = d.shape().to_vec();
+        Ok(Tensor::from_data(self.moved(d, true, &shape)))
     }
 
     /// A contiguous array's rows moved into this layout (`into`) or out of
