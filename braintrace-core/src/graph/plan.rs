@@ -301,13 +301,13 @@ struct Pool {
 }
 
 impl Pool {
-    /// Keep `t` in class `c`'s free list if `t` has a class, is the only
-    /// handle to its value, and the list has room; otherwise just drop the
-    /// handle. Whether its buffer fits the class is checked when it is
-    /// taken ([`take`]).
+    /// Keep `t` in class `c`'s free list if `t` has a class, is a float
+    /// and the only handle to its value, and the list has room; otherwise
+    /// just drop the handle. Whether its elements fit the class (as many,
+    /// contiguous) is checked when it is taken ([`take`]).
     fn recycle(&mut self, t: Tensor, class: Option<usize>) {
         let Some(c) = class else { return };
-        if !t.is_unique() || t.is_symbolic() {
+        if !t.is_unique() || t.is_symbolic() || !matches!(t.dtype(), DType::F32 | DType::F64) {
             return;
         }
         let cap = self.caps.get(c).copied().unwrap_or(0);
