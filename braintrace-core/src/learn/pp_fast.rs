@@ -124,6 +124,20 @@ trait ChunkProduct: LinalgScalar {
     fn add_product(a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, c: &mut Array2<Self>) {
         general_mat_mul(Self::one(), a, b, Self::one(), c);
     }
+
+    /// `sum += Σ_rows g` (`sum` `(1, O)`), one addition per row in row
+    /// order.
+    fn add_rows(g: &ArrayView2<'_, Self>, sum: &mut Array2<Self>) {
+        add_rows_in_turn(g, sum)
+    }
+}
+
+/// [`ChunkProduct::add_rows`] by a loop over `g`'s rows.
+fn add_rows_in_turn<T: LinalgScalar>(g: &ArrayView2<'_, T>, sum: &mut Array2<T>) {
+    let mut row = sum.row_mut(0);
+    for r in g.axis_iter(Axis(0)) {
+        row.zip_mut_with(&r, |a, &b| *a = *a + b);
+    }
 }
 
 impl ChunkProduct for f64 {}
@@ -131,6 +145,22 @@ impl ChunkProduct for f64 {}
 impl ChunkProduct for f32 {
     fn add_product(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut Array2<f32>) {
         sgemm::add_product(a, b, c)
+    }
+
+    /// As the product `1ᵀ g` on the crate's kernel where it applies: a
+    /// multiply-add by one per row, in row order, is the addition's
+    /// rounding (the same bits), without a loop over `ndarray` rows per
+    /// step (GRU pp_prop 128×64: 64 rows of 128, about 1 µs a step).
+    fn add_rows(g: &ArrayView2<'_, f32>, sum: &mut Array2<f32>) {
+        let one = [1f32];
+        let one = ArrayView2::from_shape((1, 1), &one[..]).expect("one element");
+        let ones = one.broadcast((1, g.nrows())).expect("a row of ones");
+        if sgemm::acc_applies(&ones, g) {
+            if let Some(c) = sum.as_slice_mut() {
+                return sgemm::gemm_acc(&ones, g, c);
+            }
+        }
+        add_rows_in_turn(g, sum)
     }
 }
 
@@ -211,10 +241,7 @@ impl<T: ChunkProduct> Acc<T> {
                 let x = ArrayView2::from_shape((n, self.i), x).expect("rows");
                 T::add_product(&x.t(), &g, grad);
             } else {
-                let mut row = grad.row_mut(0);
-                for r in g.axis_iter(Axis(0)) {
-                    row.zip_mut_with(&r, |a, &b| *a = *a + b);
-                }
+                T::add_rows(&g, grad);
             }
         }
     }
@@ -417,6 +444,32 @@ mod tests {
                     assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
                 }
             }
+        }
+    }
+
+    /// The f32 bias sums (on the product kernel where it applies) are the
+    /// additions of the rows in row order onto the old sums, bit for bit,
+    /// for widths the kernel takes (multiples of 16) and ones it leaves.
+    #[test]
+    fn f32_row_sums_are_the_additions_in_row_order() {
+        use super::ChunkProduct;
+        let mut seed = 9u32;
+        let mut draw = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        for (rows, o) in [(1, 16), (64, 128), (37, 48), (5, 7), (300, 32)] {
+            let g = ndarray::Array2::from_shape_fn((rows, o), |_| draw());
+            let start = ndarray::Array2::from_shape_fn((1, o), |_| 100.0 * draw());
+            let mut want = start.clone();
+            for r in 0..rows {
+                for j in 0..o {
+                    want[[0, j]] += g[[r, j]];
+                }
+            }
+            let mut got = start.clone();
+            f32::add_rows(&g.view(), &mut got);
+            assert_eq!(got, want, "{rows} rows of {o}");
         }
     }
 
