@@ -30,6 +30,11 @@
 //! every call), `16×528×512` 229 → 110 µs, `64×528×512` 552 → 482 µs,
 //! `128×144×128` 65 → 52 µs.
 //!
+//! A product of at most 4 columns (a readout to a few outputs) runs on
+//! AVX-512 as 4 rows × 4 columns per register, not as
+//! a 16-column panel that is three-quarters padding; same terms, same
+//! order, same bits.
+//!
 //! [`gemm_acc`] runs the same kernel as `C += A B` with `B` read where it
 //! lies (rows of a multiple of 16 columns in place of packed panels) and
 //! any number of rows of `A`: pp_prop's chunk gradient `∇W += x̄ᵀ g`
