@@ -655,8 +655,10 @@ mod x86 {
     /// rows) run at once, so the multiply-add chains overlap. Each element
     /// of `C` still gets one fused multiply-add per term in `k` order, from
     /// zero or (`acc`) its old value: the bits of [`gemm512`] and [`gemm`].
-    /// GRU pp_prop 128×64, its readout `64×128 @ 128×4` (`bench_learn
-    /// --profile`, two runs each): 1.57–1.94 → 1.11–1.15 µs a step.
+    /// `bench_learn --profile`, against the panel kernel, two to three runs
+    /// each: GRU pp_prop 128×64, its readout `64×128 @ 128×4` 1.51–1.97 →
+    /// 0.87–0.93 µs a step; at hidden 4, batch 64, `64×20 @ 20×4`
+    /// 0.36–0.38 → 0.28–0.31 µs and `64×4 @ 4×4` 0.24–0.25 → 0.23–0.26.
     ///
     /// # Safety
     ///
@@ -720,28 +722,38 @@ mod x86 {
     ) {
         debug_assert!(rows > 4 * (G - 1) && rows <= 4 * G && w <= NARROW);
         let row = |i: usize| a.add(i.min(rows - 1) * rs);
+        // Four 128-bit values as the four lanes of a register. (Built by
+        // lane moves, not through an array in memory: a wide load of
+        // narrow stores, or narrow loads of a wide store, stalls store
+        // forwarding; that made this kernel slower than the panel
+        // kernel on `64×4 @ 4×4`.)
+        macro_rules! lanes {
+            ($f:expr) => {{
+                let f = $f;
+                let x = _mm512_castps128_ps512(f(0));
+                let x = _mm512_insertf32x4::<1>(x, f(1));
+                let x = _mm512_insertf32x4::<2>(x, f(2));
+                _mm512_insertf32x4::<3>(x, f(3))
+            }};
+        }
+        // The first `w` columns of a row (the rest masked: never read or
+        // written).
+        let cols = ((1u32 << w) - 1) as __mmask16;
         let mut c = [_mm512_setzero_ps(); G];
         if acc {
             for (g, v) in c.iter_mut().enumerate() {
-                let mut t = [0f32; 16];
-                for i in (0..4).filter(|i| 4 * g + i < rows) {
-                    let src = out.add((4 * g + i) * ldc);
-                    for j in 0..w {
-                        t[4 * i + j] = *src.add(j);
-                    }
-                }
-                *v = _mm512_loadu_ps(t.as_ptr());
+                *v = lanes!(|i: usize| if 4 * g + i < rows {
+                    _mm512_castps512_ps128(_mm512_maskz_loadu_ps(cols, out.add((4 * g + i) * ldc)))
+                } else {
+                    _mm_setzero_ps()
+                });
             }
         }
         let k4 = k / 4 * 4;
         let mut kk = 0;
         while kk < k4 {
-            let v: [__m512; G] = std::array::from_fn(|g| {
-                let x = _mm512_castps128_ps512(_mm_loadu_ps(row(4 * g).add(kk)));
-                let x = _mm512_insertf32x4::<1>(x, _mm_loadu_ps(row(4 * g + 1).add(kk)));
-                let x = _mm512_insertf32x4::<2>(x, _mm_loadu_ps(row(4 * g + 2).add(kk)));
-                _mm512_insertf32x4::<3>(x, _mm_loadu_ps(row(4 * g + 3).add(kk)))
-            });
+            let v: [__m512; G] =
+                std::array::from_fn(|g| lanes!(|i: usize| _mm_loadu_ps(row(4 * g + i).add(kk))));
             macro_rules! term {
                 ($j:literal, $imm:literal) => {{
                     let bv = _mm512_broadcast_f32x4(_mm_loadu_ps(bp.add((kk + $j) * ldb)));
@@ -759,22 +771,23 @@ mod x86 {
         for kk in k4..k {
             let bv = _mm512_broadcast_f32x4(_mm_loadu_ps(bp.add(kk * ldb)));
             for (g, acc) in c.iter_mut().enumerate() {
-                let mut t = [0f32; 16];
-                for i in 0..4 {
-                    t[4 * i..4 * i + 4].fill(*row(4 * g + i).add(kk));
-                }
-                *acc = _mm512_fmadd_ps(_mm512_loadu_ps(t.as_ptr()), bv, *acc);
+                let av = lanes!(|i: usize| _mm_set1_ps(*row(4 * g + i).add(kk)));
+                *acc = _mm512_fmadd_ps(av, bv, *acc);
             }
         }
         for (g, v) in c.iter().enumerate() {
-            let mut t = [0f32; 16];
-            _mm512_storeu_ps(t.as_mut_ptr(), *v);
-            for i in (0..4).filter(|i| 4 * g + i < rows) {
-                let dst = out.add((4 * g + i) * ldc);
-                for j in 0..w {
-                    *dst.add(j) = t[4 * i + j];
-                }
+            macro_rules! put {
+                ($i:literal) => {
+                    if 4 * g + $i < rows {
+                        let x = _mm512_castps128_ps512(_mm512_extractf32x4_ps::<$i>(*v));
+                        _mm512_mask_storeu_ps(out.add((4 * g + $i) * ldc), cols, x);
+                    }
+                };
             }
+            put!(0);
+            put!(1);
+            put!(2);
+            put!(3);
         }
     }
 
