@@ -1773,26 +1773,41 @@ fn lcm(a: usize, b: usize) -> usize {
 /// along the leading axes of a loop of `size` elements, into `dst`.
 fn fill_row<T: Copy>(dst: &mut [T], row: &[T], start: usize, size: usize, order: Order) {
     let n = row.len();
-    let mut p = start;
-    let mut out = dst;
-    while !out.is_empty() {
-        let take = match order {
-            Order::C => {
-                let k = p % n;
-                let take = (n - k).min(out.len());
-                out[..take].copy_from_slice(&row[k..k + take]);
-                take
+    if n == 0 {
+        return;
+    }
+    match order {
+        Order::C => {
+            // One period from the row (from the block's phase in it), then
+            // the filled part doubled: the first `filled` elements are a
+            // whole number of periods, so copying them on keeps the
+            // pattern. A copy per row cost a `memcpy` call per 4 elements
+            // for a bias of 4 (a 64 × 4 readout: 0.3 µs a step).
+            let len = dst.len();
+            let k = start % n;
+            let m = n.min(len);
+            let first = (n - k).min(m);
+            dst[..first].copy_from_slice(&row[k..k + first]);
+            dst[first..m].copy_from_slice(&row[..m - first]);
+            let mut filled = m;
+            while filled < len {
+                let c = filled.min(len - filled);
+                dst.copy_within(0..c, filled);
+                filled += c;
             }
-            Order::F => {
-                let lead = size / n;
+        }
+        Order::F => {
+            let lead = size / n;
+            let mut p = start;
+            let mut out = dst;
+            while !out.is_empty() {
                 let k = p / lead;
                 let take = (lead - p % lead).min(out.len());
                 out[..take].fill(row[k]);
-                take
+                out = &mut out[take..];
+                p += take;
             }
-        };
-        out = &mut out[take..];
-        p += take;
+        }
     }
 }
 
@@ -2913,6 +2928,31 @@ mod tests {
                         let want = (r2[[j, l]] - za[[i, j, l]]).exp();
                         assert_eq!(k[[i, j, l]], want, "{column_major} k[{i},{j},{l}]");
                     }
+                }
+            }
+        }
+    }
+
+    /// `fill_row` gives each element of the block its row element by the
+    /// definition (row-major: `p % n`; column-major: `p / (size / n)`),
+    /// for rows shorter and longer than the block and blocks starting at
+    /// every phase.
+    #[test]
+    fn fill_row_is_the_broadcast_by_index() {
+        for n in [1usize, 3, 4, 7, 16, 40] {
+            let row: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+            let size = n * 13;
+            for start in [0, 1, 2, n.saturating_sub(1), n, n + 5, 3 * n + 1] {
+                for len in [1, 2, n, n + 1, 2 * n + 3, 5 * n, size - start.min(size)] {
+                    let len = len.min(size - start);
+                    let mut got = vec![f64::NAN; len];
+                    fill_row(&mut got, &row, start, size, Order::C);
+                    let want: Vec<f64> = (start..start + len).map(|p| row[p % n]).collect();
+                    assert_eq!(got, want, "C: n {n}, start {start}, len {len}");
+                    let mut got = vec![f64::NAN; len];
+                    fill_row(&mut got, &row, start, size, Order::F);
+                    let want: Vec<f64> = (start..start + len).map(|p| row[p / 13]).collect();
+                    assert_eq!(got, want, "F: n {n}, start {start}, len {len}");
                 }
             }
         }
