@@ -293,10 +293,11 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
   --explain: with --in-process, print each learner's explain() to stderr (hidden
              groups, relations, which run fused paths, diagnostics);
   --no-plan: run the jitted step programs through the graph interpreter;
-  --threads N: threads for the fused trace kernels and the matrix
-               products (sets RAYON_NUM_THREADS and MATMUL_NUM_THREADS;
-               default 1, to compare with a reference pinned to one core);
-               with more than one, the learner runs on the pool's threads;
+  --threads N: threads for the fused trace kernels, the matrix products
+               and the fused element-wise loops (sets RAYON_NUM_THREADS and
+               MATMUL_NUM_THREADS; default 1, to compare with a reference
+               pinned to one core); with more than one, the learner runs on
+               the pool's threads, the others kept awake (threads::keep_awake);
   --floor: for gru and lif, also time the floor (examples/floor: D-RTRL's
            trace-bandwidth loop, pp_prop's matrix products) for as many
            steps after each timed run, and report it (floor,
@@ -888,19 +889,17 @@ fn print_table(rows: &[serde_json::Value]) {
     }
 }
 
-/// `f` on one of the rayon pool's threads when there is more than one, so
-/// that the learner's kernels and products split their work with the
-/// other threads without handing it over from outside the pool (and
-/// sleeping) each time; see "Threads" in the book's speed chapter.
+/// `f` on one of the rayon pool's threads, with the others kept awake
+/// ([`braintrace::threads::keep_awake`]), when there is more than one: the
+/// learner's kernels and products then split their work with the other
+/// threads without handing it over from outside the pool, or waking a
+/// sleeping thread, each time; see "Threads" in the book's online-learning
+/// chapter.
 fn in_pool(
     f: impl FnOnce() -> Result<serde_json::Value> + Send,
 ) -> Result<serde_json::Value, String> {
     let run = || f().map_err(|e| e.to_string());
-    if rayon::current_num_threads() > 1 {
-        rayon::scope(|_| run())
-    } else {
-        run()
-    }
+    braintrace::threads::keep_awake(run)
 }
 
 fn main() {

@@ -13,6 +13,7 @@ pub mod nn;
 pub mod ops;
 pub mod prims;
 pub mod tensor;
+pub mod threads;
 pub mod transform;
 
 pub use error::{Error, Result};

@@ -1551,7 +1551,7 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 // ---------------------------------------------------------------- fused loop
 
 /// The float types the plan writes buffers of itself.
-trait PoolFloat: Float + ArrayElement + 'static {
+trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
     /// Run a compiled group's block function (`f32` only: only `f32`
     /// groups are compiled).
     fn compiled(k: aot::Kernel, ins: &[&[Self]], c: &[f32], outs: &mut [&mut [Self]]);
@@ -1828,6 +1828,144 @@ fn aligned<T>(v: &[T]) -> usize {
     aligned_start(v, BLOCK)
 }
 
+/// Elements from which a fused loop splits across the pool's threads under
+/// [`keep_awake`](crate::threads::keep_awake): GRU pp_prop at hidden 512,
+/// batch 64, two threads, groups of 32 K elements.
+const PAR_MIN_ELEMS_AWAKE: usize = 1 << 13;
+
+/// The same on one of the pool's threads otherwise, where a split may
+/// have to wake a sleeping thread (tens of microseconds on a virtual
+/// machine); never from outside the pool.
+const PAR_MIN_ELEMS: usize = 1 << 18;
+
+/// How many fused loops ran split across threads (tests).
+#[cfg(test)]
+static SPLITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A fused loop's operands, run over a range of its elements
+/// ([`Blocks::range`]): what the threads of a split share.
+struct Blocks<'a, T: Clone> {
+    g: &'a Graph,
+    f: &'a Fused,
+    /// The inputs' elements in the loop's order.
+    inputs: &'a [Cow<'a, [T]>],
+    /// The row operands' elements in the loop's order.
+    rows: &'a [Cow<'a, [T]>],
+    order: Order,
+    /// Elements per block.
+    block: usize,
+    /// Whether every block reads the same row elements (blocks start on a
+    /// multiple of every row's length), so the rows are filled once.
+    period: bool,
+    compiled: Option<aot::Kernel>,
+}
+
+impl<T: PoolFloat> Blocks<'_, T> {
+    /// Elements `lo..hi` of the results into `outs` (which hold those
+    /// elements alone), with `bufs` as block buffers, the scalars' filled;
+    /// `lo` is a multiple of the block.
+    fn range(&self, bufs: &mut [Vec<T>], outs: &mut [&mut [T]], lo: usize, hi: usize) {
+        let f = self.f;
+        if lo >= hi {
+            return;
+        }
+        let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
+            for (row, &(_, b)) in self.rows.iter().zip(&f.rows) {
+                let at = aligned(&bufs[b]);
+                fill_row(&mut bufs[b][at..at + len], row, start, f.size, self.order);
+            }
+        };
+        if self.period {
+            fill_rows(bufs, lo, self.block.min(hi - lo));
+        }
+        let mut start = lo;
+        while start < hi {
+            let len = self.block.min(hi - start);
+            let at_out = start - lo;
+            if !self.period {
+                fill_rows(bufs, start, len);
+            }
+            if let Some(k) = self.compiled {
+                // On the stack: no allocation per block ([`aot`] compiles
+                // groups of at most this many operands).
+                let mut ins: [&[T]; aot::MAX_INS] = [&[]; aot::MAX_INS];
+                let mut os: [&mut [T]; aot::MAX_OUTS] = Default::default();
+                let n_bcast = f.scalars.len() + f.rows.len();
+                let n_in = f.inputs.len() + n_bcast;
+                let bcast = bufs[..n_bcast].iter().map(|v| {
+                    let at = aligned(v);
+                    &v[at..at + len]
+                });
+                let srcs = self
+                    .inputs
+                    .iter()
+                    .map(|v| &v[start..start + len])
+                    .chain(bcast);
+                for (slot, v) in ins.iter_mut().zip(srcs) {
+                    *slot = v;
+                }
+                for (slot, o) in os.iter_mut().zip(outs.iter_mut()) {
+                    *slot = &mut o[at_out..at_out + len];
+                }
+                let n_out = f.outputs.len();
+                T::compiled(k, &ins[..n_in], &f.constants, &mut os[..n_out]);
+                start += len;
+                continue;
+            }
+            for op in &f.ops {
+                // The destination is moved out of its list for the call (it
+                // is never one of the operands), and back.
+                let (mut buf_dst, out_dst): (Vec<T>, &mut [T]) = match op.dst {
+                    Operand::Buf(b) => (std::mem::take(&mut bufs[b]), &mut []),
+                    Operand::Out(o) => (Vec::new(), std::mem::take(&mut outs[o])),
+                    Operand::Input(_) => unreachable!("results go to buffers or outputs"),
+                };
+                {
+                    let mut ins: [&[T]; MAX_ARITY] = [&[]; MAX_ARITY];
+                    for (slot, o) in ins.iter_mut().zip(&op.operands) {
+                        *slot = match *o {
+                            Operand::Input(i) => &self.inputs[i][start..start + len],
+                            Operand::Buf(b) => {
+                                let at = aligned(&bufs[b]);
+                                &bufs[b][at..at + len]
+                            }
+                            Operand::Out(o) => &outs[o][at_out..at_out + len],
+                        };
+                    }
+                    let out = match op.dst {
+                        Operand::Buf(_) => {
+                            let at = aligned(&buf_dst);
+                            &mut buf_dst[at..at + len]
+                        }
+                        _ => &mut out_dst[at_out..at_out + len],
+                    };
+                    match op.kind {
+                        OpKind::Eqn => {
+                            let k = self.g.eqns[op.eqn]
+                                .prim
+                                .elementwise()
+                                .expect("only element-wise equations are fused");
+                            T::block(k, &ins[..op.operands.len()], out)
+                        }
+                        OpKind::Unary(u) => T::unary(u, ins[0], out),
+                        OpKind::Binary(b) => binary_block(b, ins[0], ins[1], out),
+                        OpKind::Scalar(o, v) => scalar_block(o, v, ins[0], out),
+                        OpKind::MulAdd => mul_add_block(ins[0], ins[1], ins[2], out),
+                        OpKind::ScaleAdd(s) => scale_add_block(s, ins[0], ins[1], out),
+                        OpKind::Surrogate(s) => surrogate_block(s, ins[0], out),
+                    }
+                }
+                match op.dst {
+                    Operand::Buf(b) => bufs[b] = buf_dst,
+                    Operand::Out(o) => outs[o] = out_dst,
+                    Operand::Input(_) => {}
+                }
+            }
+            start += len;
+        }
+    }
+}
+
 fn run_fused<T: PoolFloat>(
     g: &Graph,
     f: &Fused,
@@ -1853,19 +1991,7 @@ fn run_fused<T: PoolFloat>(
         Order::C
     };
     let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
-    let block = BLOCK.min(f.size.max(1));
     let compiled = f.compiled.filter(|_| compiled_on());
-    let mut bufs = std::mem::take(T::scratch(pool));
-    if bufs.len() < f.nbufs {
-        bufs.resize_with(f.nbufs, || vec![T::zero(); BLOCK + ALIGN_SLACK]);
-    }
-    // A scalar fills the block's elements only (a 16-element group used
-    // to fill all 1040 of its buffer, for each scalar, every step).
-    for &(v, b) in &f.scalars {
-        let s = operand::<T>(g, env, v, g.avals[v].shape())?;
-        let at = aligned(&bufs[b]);
-        bufs[b][at..at + block].fill(*s.iter().next().expect("a scalar operand has one element"));
-    }
     // Row operands, in the loop's order: in row-major order element `p`
     // of the loop reads element `p % n` of the row, in column-major order
     // element `p / (size / n)` (the row's own elements in that order).
@@ -1890,95 +2016,64 @@ fn run_fused<T: PoolFloat>(
         }),
         _ => None,
     };
+    let block = BLOCK.min(f.size.max(1));
     let block = period.map_or(block, |p| block.min(BLOCK / p * p));
-    let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
-        for (row, &(_, b)) in rows.iter().zip(&f.rows) {
-            let at = aligned(&bufs[b]);
-            fill_row(&mut bufs[b][at..at + len], row, start, f.size, order);
-        }
+    let run = Blocks {
+        g,
+        f,
+        inputs: &inputs,
+        rows: &rows,
+        order,
+        block,
+        period: period.is_some(),
+        compiled,
     };
-    if period.is_some() {
-        fill_rows(&mut bufs, 0, block.min(f.size));
+    // Parts of whole blocks, one per thread where the loop is long enough
+    // (each part its own block buffers; each element is computed as on
+    // one thread).
+    let min = crate::threads::split_threshold(PAR_MIN_ELEMS_AWAKE, PAR_MIN_ELEMS, usize::MAX);
+    let parts = if f.size >= min {
+        rayon::current_num_threads().min(f.size / (min / 2)).max(1)
+    } else {
+        1
+    };
+    let mut bufs = std::mem::take(T::scratch(pool));
+    let nbufs = f.nbufs.max(1);
+    if bufs.len() < parts * nbufs {
+        bufs.resize_with(parts * nbufs, || vec![T::zero(); BLOCK + ALIGN_SLACK]);
     }
-    let mut start = 0;
-    while start < f.size {
-        let len = block.min(f.size - start);
-        if period.is_none() {
-            fill_rows(&mut bufs, start, len);
+    // A scalar fills the block's elements only (a 16-element group used
+    // to fill all 1040 of its buffer, for each scalar, every step), in
+    // each part's buffers.
+    for &(v, b) in &f.scalars {
+        let s = operand::<T>(g, env, v, g.avals[v].shape())?;
+        let s = *s.iter().next().expect("a scalar operand has one element");
+        for part in bufs.chunks_mut(nbufs).take(parts) {
+            let at = aligned(&part[b]);
+            part[b][at..at + block].fill(s);
         }
-        if let Some(k) = compiled {
-            // On the stack: no allocation per block ([`aot`] compiles
-            // groups of at most this many operands).
-            let mut ins: [&[T]; aot::MAX_INS] = [&[]; aot::MAX_INS];
-            let mut os: [&mut [T]; aot::MAX_OUTS] = Default::default();
-            let n_bcast = f.scalars.len() + f.rows.len();
-            let n_in = f.inputs.len() + n_bcast;
-            let bcast = bufs[..n_bcast].iter().map(|v| {
-                let at = aligned(v);
-                &v[at..at + len]
+    }
+    if parts == 1 {
+        run.range(&mut bufs[..nbufs], &mut outs, 0, f.size);
+    } else {
+        #[cfg(test)]
+        SPLITS.fetch_add(1, Ordering::Relaxed);
+        let per = f.size.div_ceil(block).div_ceil(parts) * block;
+        let mut pieces: Vec<Vec<&mut [T]>> = (0..parts).map(|_| Vec::new()).collect();
+        for o in outs.drain(..) {
+            for (piece, chunk) in pieces.iter_mut().zip(o.chunks_mut(per)) {
+                piece.push(chunk);
+            }
+        }
+        use rayon::prelude::*;
+        pieces
+            .into_par_iter()
+            .zip(bufs.par_chunks_mut(nbufs))
+            .enumerate()
+            .for_each(|(i, (mut outs, bufs))| {
+                let lo = i * per;
+                run.range(bufs, &mut outs, lo, (lo + per).min(f.size));
             });
-            let srcs = inputs.iter().map(|v| &v[start..start + len]).chain(bcast);
-            for (slot, v) in ins.iter_mut().zip(srcs) {
-                *slot = v;
-            }
-            for (slot, o) in os.iter_mut().zip(outs.iter_mut()) {
-                *slot = &mut o[start..start + len];
-            }
-            let n_out = f.outputs.len();
-            T::compiled(k, &ins[..n_in], &f.constants, &mut os[..n_out]);
-            start += len;
-            continue;
-        }
-        for op in &f.ops {
-            // The destination is moved out of its list for the call (it is
-            // never one of the operands), and back.
-            let (mut buf_dst, out_dst): (Vec<T>, &mut [T]) = match op.dst {
-                Operand::Buf(b) => (std::mem::take(&mut bufs[b]), &mut []),
-                Operand::Out(o) => (Vec::new(), std::mem::take(&mut outs[o])),
-                Operand::Input(_) => unreachable!("results go to buffers or outputs"),
-            };
-            {
-                let mut ins: [&[T]; MAX_ARITY] = [&[]; MAX_ARITY];
-                for (slot, o) in ins.iter_mut().zip(&op.operands) {
-                    *slot = match *o {
-                        Operand::Input(i) => &inputs[i][start..start + len],
-                        Operand::Buf(b) => {
-                            let at = aligned(&bufs[b]);
-                            &bufs[b][at..at + len]
-                        }
-                        Operand::Out(o) => &outs[o][start..start + len],
-                    };
-                }
-                let out = match op.dst {
-                    Operand::Buf(_) => {
-                        let at = aligned(&buf_dst);
-                        &mut buf_dst[at..at + len]
-                    }
-                    _ => &mut out_dst[start..start + len],
-                };
-                match op.kind {
-                    OpKind::Eqn => {
-                        let k = g.eqns[op.eqn]
-                            .prim
-                            .elementwise()
-                            .expect("only element-wise equations are fused");
-                        T::block(k, &ins[..op.operands.len()], out)
-                    }
-                    OpKind::Unary(u) => T::unary(u, ins[0], out),
-                    OpKind::Binary(b) => binary_block(b, ins[0], ins[1], out),
-                    OpKind::Scalar(o, v) => scalar_block(o, v, ins[0], out),
-                    OpKind::MulAdd => mul_add_block(ins[0], ins[1], ins[2], out),
-                    OpKind::ScaleAdd(s) => scale_add_block(s, ins[0], ins[1], out),
-                    OpKind::Surrogate(s) => surrogate_block(s, ins[0], out),
-                }
-            }
-            match op.dst {
-                Operand::Buf(b) => bufs[b] = buf_dst,
-                Operand::Out(o) => outs[o] = out_dst,
-                Operand::Input(_) => {}
-            }
-        }
-        start += len;
     }
     *T::scratch(pool) = bufs;
     drop(outs);
@@ -2928,6 +3023,62 @@ mod tests {
                         let want = (r2[[j, l]] - za[[i, j, l]]).exp();
                         assert_eq!(k[[i, j, l]], want, "{column_major} k[{i},{j},{l}]");
                     }
+                }
+            }
+        }
+    }
+
+    /// Under `keep_awake` on a pool of several threads a long fused loop
+    /// runs in parts of whole blocks, one per thread, each with its own
+    /// block buffers: the same bits as on one thread, for row-major and
+    /// column-major loops, with row and scalar operands, and lengths that
+    /// end inside a block.
+    #[test]
+    fn plan_splits_long_loops_across_threads_with_the_same_bits() {
+        let mut rng = StdRng::seed_from_u64(21);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (rows, cols) in [(97, 131), (64, 128), (200, 41)] {
+            const { assert!(64 * 128 >= PAR_MIN_ELEMS_AWAKE) };
+            for column_major in [false, true] {
+                for dtype in [DType::F64, DType::F32] {
+                    let what = format!("{rows}x{cols} {dtype} column-major {column_major}");
+                    let mut arr = |shape: &[usize]| {
+                        let t = Tensor::from_array(random_array(&mut rng, shape))
+                            .cast(dtype)
+                            .unwrap();
+                        if column_major && shape.len() == 2 {
+                            fresh_copy(&t, true)
+                        } else {
+                            t
+                        }
+                    };
+                    let args = vec![
+                        arr(&[rows, cols]),
+                        arr(&[rows, cols]),
+                        arr(&[cols]),
+                        arr(&[]),
+                    ];
+                    let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
+                    let g = trace(
+                        |a: &[Tensor]| {
+                            let h = a[0].add(&a[2])?.tanh()?.mul(&a[1])?;
+                            let k = h.mul(&a[3])?.sub(&a[0])?.exp()?;
+                            Ok(vec![h, k])
+                        },
+                        &avals,
+                    )
+                    .unwrap();
+                    let p = check(g, &args, &what);
+                    assert_eq!(fused_groups(&p), vec![6], "{what}");
+                    let before = SPLITS.load(Ordering::Relaxed);
+                    let split = pool
+                        .install(|| crate::threads::keep_awake(|| p.run(args.clone()).unwrap()));
+                    assert!(SPLITS.load(Ordering::Relaxed) > before, "{what}: not split");
+                    let one = p.run(args.clone()).unwrap();
+                    assert_same(&split, &one, &what);
                 }
             }
         }

@@ -11,21 +11,6 @@ pub mod sgemm;
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};
 
-/// The least work from which a kernel splits across the current rayon
-/// pool: `on_pool` when the caller is one of the pool's threads,
-/// `from_outside` otherwise. A caller outside the pool hands every part to
-/// the pool's threads and sleeps until they are done (two context
-/// switches, tens of microseconds on a virtual machine), which only large
-/// pieces of work pay for.
-#[inline]
-pub(crate) fn split_threshold(on_pool: usize, from_outside: usize) -> usize {
-    if rayon::current_thread_index().is_some() {
-        on_pool
-    } else {
-        from_outside
-    }
-}
-
 /// Whether this CPU runs AVX2 and FMA (std checks once, then it is a load).
 #[inline]
 pub(crate) fn has_avx2_fma() -> bool {

@@ -318,7 +318,8 @@ fn split_on(isa: Isa, a: &ArrayView2<'_, f32>, b: Panels, c: &mut [f32], acc: bo
             c.len()
         );
         let threads = rayon::current_num_threads().min(m.max(n.div_ceil(2 * NR)));
-        let min = super::split_threshold(PAR_MIN_WORK, PAR_MIN_WORK_OUTSIDE);
+        let min =
+            crate::threads::split_threshold(PAR_MIN_WORK_AWAKE, PAR_MIN_WORK, PAR_MIN_WORK_OUTSIDE);
         let cp = SendPtr(c.as_mut_ptr());
         if threads > 1 && m * k * n >= min {
             use rayon::prelude::*;
@@ -375,6 +376,10 @@ impl SendPtr {
 // `split_on`), which outlives the threads' work.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
+
+/// Multiply-adds from which a product splits across threads under
+/// [`keep_awake`](crate::threads::keep_awake).
+const PAR_MIN_WORK_AWAKE: usize = 1 << 18;
 
 /// Multiply-adds from which a product splits across threads when
 /// called on one of the pool's threads (`rayon::ThreadPool::install`).

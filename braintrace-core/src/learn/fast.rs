@@ -797,7 +797,11 @@ impl FastTrace {
             _ => None,
         };
         let threads_for = |n: usize| {
-            if n >= crate::kernels::split_threshold(PAR_MIN_ELEMS, PAR_MIN_ELEMS_OUTSIDE) {
+            if n >= crate::threads::split_threshold(
+                PAR_MIN_ELEMS,
+                PAR_MIN_ELEMS,
+                PAR_MIN_ELEMS_OUTSIDE,
+            ) {
                 rayon::current_num_threads()
             } else {
                 1
@@ -1150,7 +1154,7 @@ struct Dims {
 const PAR_MIN_ELEMS: usize = 1 << 16;
 
 /// The same for a learner called from outside the pool (see
-/// [`split_threshold`](crate::kernels::split_threshold)). Measured with
+/// [`split_threshold`](crate::threads::split_threshold)). Measured with
 /// `bench_learn`, GRU D-RTRL, two threads from the main thread against one
 /// thread, medians of 3 alternating rounds: hidden 128, batch 16 (295 K
 /// elements per trainable) split: 0.141 against 0.109 ms/step; 512×16
