@@ -82,13 +82,16 @@ for model in ${MODELS}; do
 done
 # The floors of each size on this machine (examples/bench_floor.rs), in the
 # same run: D-RTRL's trace bandwidth, pp_prop's matrix products (best
-# times; the table prefers the alternated ones of `--floor`).
-for n in ${NRECS}; do
-    for b in ${BATCHES}; do
-        "${PIN[@]}" target/release/examples/bench_floor "${n}" "${b}" >>"${OUT}/floor.jsonl" 2>/dev/null ||
-            echo "bench_floor failed: ${n} ${b}" >&2
+# times; the table prefers the alternated ones of `--floor`). They are
+# single-threaded, so only with one thread.
+if [[ "${THREADS}" == 1 ]]; then
+    for n in ${NRECS}; do
+        for b in ${BATCHES}; do
+            "${PIN[@]}" target/release/examples/bench_floor "${n}" "${b}" >>"${OUT}/floor.jsonl" 2>/dev/null ||
+                echo "bench_floor failed: ${n} ${b}" >&2
+        done
     done
-done
+fi
 {
     date -u +"end %FT%TZ"
     uptime
