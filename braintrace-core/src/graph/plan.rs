@@ -1862,7 +1862,7 @@ struct Blocks<'a, T: Clone> {
 
 impl<T: PoolFloat> Blocks<'_, T> {
     /// Elements `lo..hi` of the results into `outs` (which hold those
-    /// elements alone), with `bufs` as block buffers, the scalars' filled;
+    /// elements alone), with `bufs` as block buffers (the scalars' filled);
     /// `lo` is a multiple of the block.
     fn range(&self, bufs: &mut [Vec<T>], outs: &mut [&mut [T]], lo: usize, hi: usize) {
         let f = self.f;
