@@ -92,3 +92,49 @@ fn lif_pp_prop_on_several_threads_gives_the_bits_of_one() {
         (5, 64, 16, 4),
     );
 }
+
+/// Two learners under `keep_awake` at once on one pool (each one's
+/// spinner may run the other's work): both finish, with the bits of one
+/// thread.
+#[test]
+fn two_learners_kept_awake_at_once_on_one_pool() {
+    let dims = (3, 64, 16, 4);
+    let (t, b, n_in, n_out) = dims;
+    let want = run(
+        || GruNet::new(n_in, 128, n_out),
+        || PpProp::new(0.95).unwrap().into(),
+        dims,
+        1,
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let xs = draw(&[t, b, n_in], 1).cast(DType::F32).unwrap();
+    let ys = draw(&[t, b, n_out], 2).cast(DType::F32).unwrap();
+    let learner = || {
+        let state =
+            ModelState::new(&GruNet::new(n_in, 128, n_out), DType::F32, 3, Some(b)).unwrap();
+        let x0 = Tensor::zeros(&[b, n_in], DType::F32);
+        compile(
+            GruNet::new(n_in, 128, n_out),
+            state,
+            PpProp::new(0.95).unwrap(),
+            &x0,
+            Some(b),
+        )
+        .unwrap()
+    };
+    let (mut l1, mut l2) = (learner(), learner());
+    let call = |l: &mut braintrace::learn::Learner<GruNet>| {
+        braintrace::threads::keep_awake(|| l.etrace_grad(&xs, &ys, mse, Reduction::Mean))
+            .unwrap()
+            .losses
+            .to_vec_f64()
+            .unwrap()
+    };
+    let (a, c) = pool.install(|| rayon::join(|| call(&mut l1), || call(&mut l2)));
+    let first: Vec<f64> = want.0[..t].to_vec();
+    assert_eq!(a, first);
+    assert_eq!(c, first);
+}
