@@ -102,6 +102,14 @@ pub(crate) struct Leaf {
     pub transform: Option<ElemFn>,
 }
 
+/// A product's signal rows `g`: row-major, or in column panels of 16 at a
+/// stride (see [`Acc::put_rows`]).
+#[derive(Clone, Copy)]
+enum Signal<'a, T> {
+    Rows(&'a [T]),
+    Panels(&'a [T], usize),
+}
+
 /// The rows of one relation's chunk and its gradients so far.
 struct Acc<T> {
     i: usize,
@@ -238,7 +246,7 @@ impl<T: ChunkProduct> Acc<T> {
                 None => Some(None),
             };
             if let (Some(x), Some(g)) = (x, g.as_slice()) {
-                self.product(leaves, x, g, rows);
+                self.product(leaves, x, Signal::Rows(g), rows);
                 return;
             }
         }
@@ -306,46 +314,41 @@ impl<T: ChunkProduct> Acc<T> {
         }
         let (x, g) = (std::mem::take(&mut self.x), std::mem::take(&mut self.g));
         let xs = (!x.is_empty()).then(|| &x[..n * self.i]);
-        if self.packed {
-            self.panels_product(leaves, xs, &g, n);
+        let signal = if self.packed {
+            Signal::Panels(&g, 16 * self.cap)
         } else {
-            self.product(leaves, xs, &g[..n * self.o], n);
-        }
+            Signal::Rows(&g[..n * self.o])
+        };
+        self.product(leaves, xs, signal, n);
         (self.x, self.g) = (x, g);
         self.n = 0;
     }
 
-    /// [`Acc::product`] with the chunk's signal rows in panels (`n` rows of
-    /// each).
-    fn panels_product(&mut self, leaves: &[Leaf], x: Option<&[T]>, g: &[T], n: usize) {
-        let stride = 16 * self.cap;
+    /// `∇W += x̄ᵀ g` (and `∇b += Σ_rows g`) over `n` rows of `x` `(n, I)`
+    /// (`None` without an input, row-major) and `g` `(n, O)`: row-major,
+    /// or the chunk's panels.
+    fn product(&mut self, leaves: &[Leaf], x: Option<&[T]>, g: Signal<'_, T>, n: usize) {
         let one = [T::one()];
         let one = ArrayView2::from_shape((1, 1), &one[..]).expect("one element");
         let ones = one.broadcast((1, n)).expect("a row of ones");
         for (leaf, grad) in leaves.iter().zip(&mut self.grads) {
-            if leaf.has_input {
+            let x = leaf.has_input.then(|| {
                 let x = x.expect("a relation with an input keeps x̄");
-                let x = ArrayView2::from_shape((n, self.i), x).expect("rows");
-                T::add_panels(&x.t(), g, stride, grad);
-            } else {
+                ArrayView2::from_shape((n, self.i), x).expect("rows")
+            });
+            match (x, g) {
+                (Some(x), Signal::Rows(g)) => {
+                    let g = ArrayView2::from_shape((n, self.o), g).expect("rows");
+                    T::add_product(&x.t(), &g, grad)
+                }
+                (None, Signal::Rows(g)) => {
+                    let g = ArrayView2::from_shape((n, self.o), g).expect("rows");
+                    T::add_rows(&g, grad)
+                }
+                (Some(x), Signal::Panels(g, stride)) => T::add_panels(&x.t(), g, stride, grad),
                 // A multiply-add by one per row, in row order: the
                 // addition's rounding.
-                T::add_panels(&ones, g, stride, grad);
-            }
-        }
-    }
-
-    /// `∇W += x̄ᵀ g` (and `∇b += Σ_rows g`) over `n` rows of `x` `(n, I)`
-    /// (`None` without an input) and `g` `(n, O)`, both row-major.
-    fn product(&mut self, leaves: &[Leaf], x: Option<&[T]>, g: &[T], n: usize) {
-        let g = ArrayView2::from_shape((n, self.o), g).expect("rows");
-        for (leaf, grad) in leaves.iter().zip(&mut self.grads) {
-            if leaf.has_input {
-                let x = x.expect("a relation with an input keeps x̄");
-                let x = ArrayView2::from_shape((n, self.i), x).expect("rows");
-                T::add_product(&x.t(), &g, grad);
-            } else {
-                T::add_rows(&g, grad);
+                (None, Signal::Panels(g, stride)) => T::add_panels(&ones, g, stride, grad),
             }
         }
     }
