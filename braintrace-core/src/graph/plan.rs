@@ -284,6 +284,14 @@ struct Pool {
     /// Block buffers of the fused loops ([`BLOCK`] elements each).
     scratch_f32: Vec<Vec<f32>>,
     scratch_f64: Vec<Vec<f64>>,
+    /// The allocations of a fused loop's operand lists, kept empty from
+    /// call to call ([`recast`]): two lists of element slices (the
+    /// inputs, the rows) and one of result slices.
+    spare_elems: [Vec<[usize; 3]>; 2],
+    spare_outs: Vec<[usize; 2]>,
+    /// The results' buffers of a fused loop (kept empty, as above).
+    spare_bufs_f32: Vec<Buf<f32>>,
+    spare_bufs_f64: Vec<Buf<f64>>,
     /// Values returned to the caller: handle, class, calls seen since.
     returned: Vec<(Tensor, usize, u8)>,
     /// Per buffer class, the most dead buffers kept: how many values of
@@ -360,10 +368,7 @@ fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Buf<T> {
 /// order, when they are contiguous (`None` otherwise: the tensor is shared,
 /// symbolic, of another type or strided).
 fn contiguous_mut<T: PoolFloat>(t: &mut Tensor) -> Option<&mut [T]> {
-    let a = match Arc::get_mut(&mut t.0)? {
-        Repr::Concrete(d) => T::array_mut(d)?,
-        Repr::Symbolic(_) => return None,
-    };
+    let a = unique_array_mut::<T>(t)?;
     if order_of(a).is_none() && a.len() > 1 {
         return None;
     }
@@ -371,6 +376,57 @@ fn contiguous_mut<T: PoolFloat>(t: &mut Tensor) -> Option<&mut [T]> {
     // `a.len()` elements are the ones from `a.as_ptr()` on, each once; the
     // borrow of `t`, unique (`get_mut`), covers them.
     Some(unsafe { std::slice::from_raw_parts_mut(a.as_mut_ptr(), a.len()) })
+}
+
+/// The array of a unique concrete `t` of element type `T`.
+fn unique_array_mut<T: PoolFloat>(t: &mut Tensor) -> Option<&mut ArrayD<T>> {
+    match Arc::get_mut(&mut t.0)? {
+        Repr::Concrete(d) => T::array_mut(d),
+        Repr::Symbolic(_) => None,
+    }
+}
+
+/// Replace `a` by `change(a)` in place: a tensor's array given a new shape
+/// inside its handle (no new handle allocated, none freed).
+fn change_in_place<T>(
+    a: &mut ArrayD<T>,
+    change: impl FnOnce(ArrayD<T>) -> Result<ArrayD<T>>,
+) -> Result<()> {
+    // An empty placeholder while `a` is moved out (no allocation).
+    let empty = ArrayD::from_shape_vec(IxDyn(&[0]), Vec::new()).expect("no elements");
+    *a = change(std::mem::replace(a, empty))?;
+    Ok(())
+}
+
+/// The elements of contiguous `a` as an array of `shape` (as many
+/// elements), row-major or (`column_major`) column-major, in the same
+/// allocation (the elements' values are whatever the memory holds).
+fn relaid<T>(a: ArrayD<T>, shape: IxDyn, column_major: bool) -> Result<ArrayD<T>> {
+    let n = a.len();
+    // The elements are the memory block that starts at the array's first
+    // element (contiguous, positive strides).
+    let (v, at) = a.into_raw_vec_and_offset();
+    from_block(v, at.unwrap_or(0), n, shape, column_major)
+}
+
+/// Elements `at..at + n` of `v` as an array of `shape`, row-major or
+/// (`column_major`) column-major, owning the whole allocation.
+fn from_block<T>(
+    v: Vec<T>,
+    at: usize,
+    n: usize,
+    shape: IxDyn,
+    column_major: bool,
+) -> Result<ArrayD<T>> {
+    let order = if column_major {
+        ndarray::Order::ColumnMajor
+    } else {
+        ndarray::Order::RowMajor
+    };
+    ndarray::Array1::from_vec(v)
+        .slice_move(ndarray::s![at..at + n])
+        .into_shape_with_order((shape, order))
+        .map_err(|e| Error::invalid("planned buffer", e.to_string()))
 }
 
 /// A result's buffer (contents unspecified): `n` elements of `v` from
@@ -390,8 +446,8 @@ impl<T: PoolFloat> Buf<T> {
     /// The elements as an array of `shape` (`n` elements), row-major or
     /// (`column_major`) column-major, owning the whole allocation.
     fn into_array(self, shape: IxDyn, column_major: bool) -> Result<ArrayD<T>> {
-        let (v, at, n) = match self {
-            Buf::Fresh { v, at, n } => (v, at, n),
+        match self {
+            Buf::Fresh { v, at, n } => from_block(v, at, n, shape, column_major),
             Buf::Kept(t, _) => {
                 let a = t.into_array::<T>()?;
                 if same_shape(a.shape(), ndarray::Dimension::slice(&shape))
@@ -399,37 +455,24 @@ impl<T: PoolFloat> Buf<T> {
                 {
                     return Ok(a);
                 }
-                let n = a.len();
-                // The elements written are the memory block that starts at
-                // the array's first element (contiguous, positive strides).
-                let (v, at) = a.into_raw_vec_and_offset();
-                (v, at.unwrap_or(0), n)
-            }
-        };
-        let order = if column_major {
-            ndarray::Order::ColumnMajor
-        } else {
-            ndarray::Order::RowMajor
-        };
-        ndarray::Array1::from_vec(v)
-            .slice_move(ndarray::s![at..at + n])
-            .into_shape_with_order((shape, order))
-            .map_err(|e| Error::invalid("planned buffer", e.to_string()))
-    }
-    /// The value of [`Buf::into_array`] as a tensor: a kept value of that
-    /// shape and memory order is handed back as it is.
-    fn into_tensor(self, shape: &[usize], column_major: bool) -> Result<Tensor> {
-        if let Buf::Kept(t, _) = &self {
-            let fits = T::array(t.data_for("planned buffer")?)
-                .is_some_and(|a| same_shape(a.shape(), shape) && in_order(a, column_major));
-            if fits {
-                let Buf::Kept(t, _) = self else {
-                    unreachable!("matched above")
-                };
-                return Ok(t);
+                relaid(a, shape, column_major)
             }
         }
-        Ok(T::tensor(self.into_array(IxDyn(shape), column_major)?))
+    }
+    /// The value of [`Buf::into_array`] as a tensor: a kept value is handed
+    /// back in its own handle, given this shape and memory order in place
+    /// when it has others.
+    fn into_tensor(self, shape: &[usize], column_major: bool) -> Result<Tensor> {
+        match self {
+            Buf::Kept(mut t, _) => {
+                let a = unique_array_mut::<T>(&mut t).expect("unique and of type T when taken");
+                if !(same_shape(a.shape(), shape) && in_order(a, column_major)) {
+                    change_in_place(a, |a| relaid(a, IxDyn(shape), column_major))?;
+                }
+                Ok(t)
+            }
+            fresh => Ok(T::tensor(fresh.into_array(IxDyn(shape), column_major)?)),
+        }
     }
 }
 
@@ -642,11 +685,7 @@ impl Plan {
         let g = &*self.graph;
         let prof = profile::enabled();
         for (&v, x) in g.invars.iter().zip(args) {
-            if self.last_step[v] != NEVER_READ {
-                env[v] = Some(x);
-            } else {
-                pool.recycle(x, self.class_of[v]);
-            }
+            self.put(pool, env, v, x);
         }
         for (&v, c) in g.constvars.iter().zip(&g.consts) {
             if self.last_step[v] != NEVER_READ {
@@ -663,15 +702,17 @@ impl Plan {
                     ..
                 } => {
                     let e = &g.eqns[*eqn];
-                    let outs = match kernel {
-                        Kernel::Matmul { panels, transposed } => vec![self.matmul(
-                            pool,
-                            env,
-                            e.prim.as_ref(),
-                            inputs,
-                            e.outputs[0],
-                            (*panels, *transposed),
-                        )?],
+                    let y = match kernel {
+                        Kernel::Matmul { panels, transposed } => self
+                            .matmul(
+                                pool,
+                                env,
+                                e.prim.as_ref(),
+                                inputs,
+                                e.outputs[0],
+                                (*panels, *transposed),
+                            )
+                            .map(Some)?,
                         Kernel::Transpose => {
                             let p = e.prim.as_ref();
                             let perm = &p
@@ -679,35 +720,23 @@ impl Plan {
                                 .downcast_ref::<Transpose>()
                                 .ok_or_else(|| Error::invalid(p.name(), "planned as a transpose"))?
                                 .perm;
-                            vec![self.layout(
-                                pool,
-                                env,
-                                p,
-                                inputs[0],
-                                e.outputs[0],
-                                PermuteBy(perm),
-                            )?]
+                            self.layout(pool, env, p, inputs[0], e.outputs[0], PermuteBy(perm))
+                                .map(Some)?
                         }
-                        Kernel::Concat { axis } => {
-                            vec![self.concat(
-                                pool,
-                                env,
-                                e.prim.as_ref(),
-                                inputs,
-                                e.outputs[0],
-                                *axis,
-                            )?]
-                        }
+                        Kernel::Concat { axis } => self
+                            .concat(pool, env, e.prim.as_ref(), inputs, e.outputs[0], *axis)
+                            .map(Some)?,
                         Kernel::Reshape => {
                             let shape = self.graph.avals[e.outputs[0]].shape();
-                            vec![self.layout(
+                            self.layout(
                                 pool,
                                 env,
                                 e.prim.as_ref(),
                                 inputs[0],
                                 e.outputs[0],
                                 ReshapeTo(shape),
-                            )?]
+                            )
+                            .map(Some)?
                         }
                         Kernel::Eval => {
                             let mut ins = std::mem::take(&mut pool.ins);
@@ -723,35 +752,34 @@ impl Plan {
                                 }
                             }
                             pool.ins = ins;
-                            outs?
+                            let outs = outs?;
+                            if outs.len() != e.outputs.len() {
+                                return Err(Error::invalid(
+                                    e.prim.name(),
+                                    format!(
+                                        "eval returned {} value(s) for an equation with {} \
+                                         output(s)",
+                                        outs.len(),
+                                        e.outputs.len()
+                                    ),
+                                ));
+                            }
+                            for (&v, x) in e.outputs.iter().zip(outs) {
+                                self.put(pool, env, v, x);
+                            }
+                            None
                         }
                     };
-                    if outs.len() != e.outputs.len() {
-                        return Err(Error::invalid(
-                            e.prim.name(),
-                            format!(
-                                "eval returned {} value(s) for an equation with {} output(s)",
-                                outs.len(),
-                                e.outputs.len()
-                            ),
-                        ));
-                    }
-                    for (&v, x) in e.outputs.iter().zip(outs) {
-                        if self.last_step[v] != NEVER_READ {
-                            env[v] = Some(x);
-                        } else {
-                            pool.recycle(x, self.class_of[v]);
-                        }
+                    // The planned kernels write the one output.
+                    if let Some(y) = y {
+                        self.put(pool, env, e.outputs[0], y);
                     }
                 }
                 Step::Fused(f) => {
-                    let outs = match f.dtype {
+                    match f.dtype {
                         DType::F32 => run_fused::<f32>(g, f, env, pool, &self.class_of)?,
                         DType::F64 => run_fused::<f64>(g, f, env, pool, &self.class_of)?,
                         d => unreachable!("only float groups are formed, got {d}"),
-                    };
-                    for (&v, x) in f.outputs.iter().zip(outs) {
-                        env[v] = Some(x);
                     }
                     for &v in f
                         .inputs
@@ -850,6 +878,15 @@ impl Plan {
         Ok(y)
     }
 
+    /// Bind `v` to `x`, or give `x`'s buffer back when nothing reads `v`.
+    fn put(&self, pool: &mut Pool, env: &mut [Option<Tensor>], v: VarId, x: Tensor) {
+        if self.last_step[v] != NEVER_READ {
+            env[v] = Some(x);
+        } else {
+            pool.recycle(x, self.class_of[v]);
+        }
+    }
+
     /// Give back the buffers of the operands read for the last time.
     fn release(&self, pool: &mut Pool, env: &mut [Option<Tensor>], inputs: &[(VarId, bool)]) {
         for &(v, last) in inputs {
@@ -882,20 +919,22 @@ impl Plan {
             axis: usize,
             shape: &[usize],
         ) -> Result<Tensor> {
-            let parts = inputs
-                .iter()
-                .map(|&(v, _)| {
-                    let t = env[v].as_ref().ok_or_else(|| undefined(p, v))?;
-                    T::array(t.data_for("concatenate")?).ok_or_else(|| {
-                        Error::dtype(
-                            "concatenate",
-                            format!("planned for operands of one float dtype, got {}", t.dtype()),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+            // The parts' row-major elements, in a list that keeps its
+            // allocation from call to call.
+            let mut parts: Vec<Cow<[T]>> = recast(std::mem::take(&mut pool.spare_elems[0]));
+            for &(v, _) in inputs {
+                let t = env[v].as_ref().ok_or_else(|| undefined(p, v))?;
+                let a = T::array(t.data_for("concatenate")?).ok_or_else(|| {
+                    Error::dtype(
+                        "concatenate",
+                        format!("planned for operands of one float dtype, got {}", t.dtype()),
+                    )
+                })?;
+                parts.push(elements(a, Order::C));
+            }
             let mut v = take::<T>(pool, class, shape.iter().product());
             concat_rows_into(&parts, axis, shape, v.slice_mut());
+            pool.spare_elems[0] = recast(parts);
             v.into_tensor(shape, false)
         }
         let y = match self.graph.avals[out].dtype() {
@@ -1007,16 +1046,17 @@ impl LayoutChange for ReshapeTo<'_> {
         let bad = |e: ndarray::ShapeError| Error::invalid("reshape", e.to_string());
         let a = T::array(x.data_for("reshape")?)
             .ok_or_else(|| Error::invalid("reshape", "operand of another dtype"))?;
-        if a.is_standard_layout() && x.is_unique() {
-            // Unique and row-major: the buffer itself, moved out, no copy.
-            let y = x.into_array::<T>()?;
-            let y = y.into_shape_with_order(IxDyn(self.0)).map_err(bad)?;
-            return Ok((T::tensor(y), None));
+        if order_of(a) == Some(Order::C) && x.is_unique() {
+            // Unique and row-major: the buffer itself, in its own handle,
+            // no copy.
+            let mut x = x;
+            let a = unique_array_mut::<T>(&mut x).expect("unique, of type T");
+            change_in_place(a, |a| a.into_shape_with_order(IxDyn(self.0)).map_err(bad))?;
+            return Ok((x, None));
         }
         let mut v = take::<T>(pool, class, a.len());
         copy_blocks(v.slice_mut(), row_major_of(&standard_layout(a)));
-        let y = v.into_array(IxDyn(self.0), false)?;
-        Ok((T::tensor(y), Some(x)))
+        Ok((v.into_tensor(self.0, false)?, Some(x)))
     }
 }
 
@@ -1562,10 +1602,12 @@ trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
     fn tensor(a: ArrayD<Self>) -> Tensor;
     /// The pool's block buffers for this type.
     fn scratch(p: &mut Pool) -> &mut Vec<Vec<Self>>;
+    /// The pool's (empty) list of a fused loop's result buffers.
+    fn spare_bufs(p: &mut Pool) -> &mut Vec<Buf<Self>>;
 }
 
 macro_rules! pool_float {
-    ($t:ty, $compiled:expr, $variant:ident, $block:ident, $unary:ident, $scratch:ident) => {
+    ($t:ty, $compiled:expr, $variant:ident, $block:ident, $unary:ident, $scratch:ident, $bufs:ident) => {
         impl PoolFloat for $t {
             fn compiled(k: aot::Kernel, ins: &[&[$t]], c: &[f32], outs: &mut [&mut [$t]]) {
                 $compiled(k, ins, c, outs)
@@ -1582,6 +1624,9 @@ macro_rules! pool_float {
             fn scratch(p: &mut Pool) -> &mut Vec<Vec<$t>> {
                 &mut p.$scratch
             }
+            fn spare_bufs(p: &mut Pool) -> &mut Vec<Buf<$t>> {
+                &mut p.$bufs
+            }
         }
     };
 }
@@ -1591,7 +1636,8 @@ pool_float!(
     F32,
     block_f32,
     unary_block_f32,
-    scratch_f32
+    scratch_f32,
+    spare_bufs_f32
 );
 pool_float!(
     f64,
@@ -1601,7 +1647,8 @@ pool_float!(
     F64,
     block_f64,
     unary_block,
-    scratch_f64
+    scratch_f64,
+    spare_bufs_f64
 );
 
 /// The memory order a fused loop walks its operands and writes its results
@@ -1969,43 +2016,41 @@ impl<T: PoolFloat> Blocks<'_, T> {
 fn run_fused<T: PoolFloat>(
     g: &Graph,
     f: &Fused,
-    env: &[Option<Tensor>],
+    env: &mut [Option<Tensor>],
     pool: &mut Pool,
     class_of: &[Option<usize>],
-) -> Result<Vec<Tensor>> {
-    let arrays: Vec<&ArrayD<T>> = f
-        .inputs
-        .iter()
-        .map(|&v| operand(g, env, v, &f.shape))
-        .collect::<Result<_>>()?;
+) -> Result<()> {
     // Walk memory in the order most operands are stored in. Ties go to
     // column-major: a recurrent update `h' = a h + x` with a column-major
     // `x` then makes `h'` column-major, and the next step copies nothing.
-    let n_f = arrays
-        .iter()
-        .filter(|a| order_of(a) == Some(Order::F))
-        .count();
-    let order = if n_f > 0 && 2 * n_f >= arrays.len() {
+    let mut n_f = 0;
+    for &v in &f.inputs {
+        n_f += usize::from(order_of(operand::<T>(g, env, v, &f.shape)?) == Some(Order::F));
+    }
+    let order = if n_f > 0 && 2 * n_f >= f.inputs.len() {
         Order::F
     } else {
         Order::C
     };
-    let inputs: Vec<Cow<[T]>> = arrays.iter().map(|a| elements(a, order)).collect();
+    let [spare_inputs, spare_rows] = std::mem::take(&mut pool.spare_elems);
+    let mut inputs: Vec<Cow<[T]>> = recast(spare_inputs);
+    for &v in &f.inputs {
+        inputs.push(elements(operand(g, env, v, &f.shape)?, order));
+    }
     let compiled = f.compiled.filter(|_| compiled_on());
     // Row operands, in the loop's order: in row-major order element `p`
     // of the loop reads element `p % n` of the row, in column-major order
     // element `p / (size / n)` (the row's own elements in that order).
-    let rows: Vec<Cow<[T]>> = f
-        .rows
-        .iter()
-        .map(|&(v, _)| operand::<T>(g, env, v, g.avals[v].shape()).map(|a| elements(a, order)))
-        .collect::<Result<_>>()?;
-    let mut bufs_out: Vec<Buf<T>> = f
-        .outputs
-        .iter()
-        .map(|&v| take(pool, class_of[v], f.size))
-        .collect();
-    let mut outs: Vec<&mut [T]> = bufs_out.iter_mut().map(|b| b.slice_mut()).collect();
+    let mut rows: Vec<Cow<[T]>> = recast(spare_rows);
+    for &(v, _) in &f.rows {
+        rows.push(elements(operand(g, env, v, g.avals[v].shape())?, order));
+    }
+    let mut bufs_out = std::mem::take(T::spare_bufs(pool));
+    for &v in &f.outputs {
+        bufs_out.push(take(pool, class_of[v], f.size));
+    }
+    let mut outs: Vec<&mut [T]> = recast(std::mem::take(&mut pool.spare_outs));
+    outs.extend(bufs_out.iter_mut().map(|b| b.slice_mut()));
     // In row-major order, blocks that start on a multiple of every row's
     // length read the same broadcast elements: the rows' buffers are then
     // filled once (a bias of 128 and blocks of 1024: each block used to
@@ -2076,10 +2121,26 @@ fn run_fused<T: PoolFloat>(
             });
     }
     *T::scratch(pool) = bufs;
-    drop(outs);
-    bufs_out
-        .into_iter()
-        .map(|b| b.into_tensor(&f.shape, order == Order::F))
+    // The lists go back empty (an input copied for its order is dropped
+    // here); then the results, into the environment.
+    pool.spare_outs = recast(outs);
+    pool.spare_elems = [recast(inputs), recast(rows)];
+    let column_major = order == Order::F;
+    for (&v, b) in f.outputs.iter().zip(bufs_out.drain(..)) {
+        env[v] = Some(b.into_tensor(&f.shape, column_major)?);
+    }
+    *T::spare_bufs(pool) = bufs_out;
+    Ok(())
+}
+
+/// An empty vector with `v`'s allocation, for elements of another type of
+/// the same size and alignment: `collect` reuses the allocation in place.
+/// A list of borrows keeps its capacity from call to call this way,
+/// without an allocation per call (`recast_keeps_the_allocation`).
+fn recast<A, B>(mut v: Vec<A>) -> Vec<B> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector was cleared"))
         .collect()
 }
 
@@ -2747,6 +2808,36 @@ mod tests {
                 assert!(aligned(&w) + BLOCK <= w.len());
             }
         }
+    }
+
+    #[test]
+    fn recast_keeps_the_allocation() {
+        // The lists `run_fused` and `concat` keep in the pool: borrowed
+        // element slices (`Cow`) and result slices, of either float type.
+        fn check<A, B>(what: &str) {
+            let mut v: Vec<A> = Vec::with_capacity(12);
+            let (ptr, cap) = (v.as_mut_ptr() as usize, v.capacity());
+            let mut w: Vec<B> = recast(v);
+            assert_eq!(
+                (w.as_mut_ptr() as usize, w.capacity()),
+                (ptr, cap),
+                "{what}"
+            );
+            let back: Vec<A> = recast(w);
+            assert_eq!(
+                (back.as_ptr() as usize, back.capacity()),
+                (ptr, cap),
+                "{what} back"
+            );
+        }
+        check::<[usize; 3], Cow<'_, [f32]>>("Cow<[f32]>");
+        check::<[usize; 3], Cow<'_, [f64]>>("Cow<[f64]>");
+        check::<[usize; 2], &mut [f32]>("&mut [f32]");
+        check::<[usize; 2], &mut [f64]>("&mut [f64]");
+        // Elements are dropped, not kept.
+        let v = vec![Cow::Owned(vec![1.0f32; 4]), Cow::Borrowed(&[2.0f32][..])];
+        let w: Vec<[usize; 3]> = recast(v);
+        assert!(w.is_empty());
     }
 
     #[test]

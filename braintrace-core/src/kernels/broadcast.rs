@@ -160,16 +160,18 @@ pub(crate) fn concat_rows<T: Copy>(
     let Some(first) = first.filter(|_| total > 0) else {
         return ArrayD::from_shape_vec(IxDyn(out_shape), Vec::new()).expect("no elements");
     };
+    let stds: Vec<_> = parts.iter().map(|a| standard_layout(*a)).collect();
+    let srcs: Vec<&[T]> = stds.iter().map(row_major).collect();
     let mut v = vec![first; total];
-    concat_rows_into(parts, axis, out_shape, &mut v);
+    concat_rows_into(&srcs, axis, out_shape, &mut v);
     ArrayD::from_shape_vec(IxDyn(out_shape), v).expect("shapes checked")
 }
 
-/// [`concat_rows`] into `v` (`out_shape`'s element count, row-major),
-/// every element of which it writes: the planned executor's concatenation
-/// into a recycled buffer.
-pub(crate) fn concat_rows_into<T: Copy>(
-    parts: &[&ArrayD<T>],
+/// [`concat_rows`] of the parts' row-major elements `srcs` into `v`
+/// (`out_shape`'s element count, row-major), every element of which it
+/// writes: the planned executor's concatenation into a recycled buffer.
+pub(crate) fn concat_rows_into<T: Copy, S: AsRef<[T]>>(
+    srcs: &[S],
     axis: usize,
     out_shape: &[usize],
     v: &mut [T],
@@ -180,10 +182,9 @@ pub(crate) fn concat_rows_into<T: Copy>(
         return;
     }
     let row: usize = out_shape[axis..].iter().product();
-    let stds: Vec<_> = parts.iter().map(|a| standard_layout(*a)).collect();
-    let srcs: Vec<&[T]> = stds.iter().map(row_major).collect();
     let outer = total / row;
-    if let [a, b] = srcs[..] {
+    if let [a, b] = srcs {
+        let (a, b) = (a.as_ref(), b.as_ref());
         if a.len() == outer && b.len() == outer {
             // Two operands of one element per row (stacking a pair along a
             // new last axis): an interleave the compiler vectorises.
@@ -194,18 +195,19 @@ pub(crate) fn concat_rows_into<T: Copy>(
             return;
         }
     }
-    if srcs.iter().all(|s| s.len() == outer) {
+    if srcs.iter().all(|s| s.as_ref().len() == outer) {
         // One element per operand and row (a stack along a new last
         // axis): fill each output row in turn, the stores sequential.
         for (o, d) in v.chunks_exact_mut(row).enumerate() {
-            for (x, s) in d.iter_mut().zip(&srcs) {
-                *x = s[o];
+            for (x, s) in d.iter_mut().zip(srcs) {
+                *x = s.as_ref()[o];
             }
         }
         return;
     }
     let mut off = 0;
     for src in srcs {
+        let src = src.as_ref();
         let r = src.len() / outer;
         if r > 0 {
             match r {

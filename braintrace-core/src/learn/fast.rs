@@ -406,6 +406,9 @@ pub(crate) struct FastTrace {
     /// the first is its own.
     deps: Vec<usize>,
     prep: Prepared,
+    /// A step's `D`, `Df` and `g` moved into the [`Blocked`] layout (more
+    /// than one state), kept from step to step ([`Blocked::put`]).
+    blocked: [Option<ArrayData>; 3],
 }
 
 /// Zeros, allocated lazily by the OS (`calloc`): a large trace costs
@@ -503,6 +506,7 @@ impl FastTrace {
             conv: None,
             deps: vec![own],
             prep: Prepared::default(),
+            blocked: [None, None, None],
         };
         match (kind, key) {
             (FusedKind::Sparse, "weight") => {
@@ -768,7 +772,7 @@ impl FastTrace {
         solve: Solve,
     ) -> Result<()> {
         let op = "D-RTRL fused dense kernel";
-        let dshape = d.shape().to_vec();
+        let dshape = d.shape();
         if dshape.len() < 3 || df.ndim() < 2 {
             return Err(Error::shape(
                 op,
@@ -855,22 +859,19 @@ impl FastTrace {
             let kernel = Loop::Sparse(dims, &sp);
             return run(kernel, &mut self.data, &mut self.grad, ops, solve, threads);
         }
-        let tshape = self.data.shape().to_vec();
+        let tshape = self.data.shape();
         let i = if self.has_input {
             tshape[tshape.len().saturating_sub(2)]
         } else {
             1
         };
-        if self.row != (Blocked { n: o, k: s })
-            || tshape.iter().product::<usize>() != batch * i * o * s
-        {
+        let t_len = tshape.iter().product::<usize>();
+        if self.row != (Blocked { n: o, k: s }) || t_len != batch * i * o * s {
             return Err(Error::shape(
                 op,
                 format!(
-                    "trace rows of {} outputs x {} states, {} elements; D {dshape:?}",
-                    self.row.n,
-                    self.row.k,
-                    tshape.iter().product::<usize>()
+                    "trace rows of {} outputs x {} states, {t_len} elements; D {dshape:?}",
+                    self.row.n, self.row.k,
                 ),
                 "trace and D disagree",
             ));
@@ -896,21 +897,23 @@ impl FastTrace {
             ));
         }
         // The operands' rows in the trace's layout: D's `S·S` values per
-        // output, Df's and g's `S`.
-        let (dd, dfd) = (
-            Blocked { n: o, k: s * s }.apply(contiguous_t(d, dt)?)?,
-            self.row.apply(contiguous_t(df, dt)?)?,
-        );
-        let gd = g
-            .map(|g| self.row.apply(contiguous_t(g, dt)?))
-            .transpose()?;
+        // output, Df's and g's `S` (in the trace's buffers for them).
+        let (dd, dfd) = (contiguous_t(d, dt)?, contiguous_t(df, dt)?);
+        let gd = g.map(|g| contiguous_t(g, dt)).transpose()?;
+        let [bd, bdf, bg] = &mut self.blocked;
+        let d_rows = Blocked { n: o, k: s * s }.put(dd.data()?, bd);
+        let df_rows = self.row.put(dfd.data()?, bdf);
+        let g_rows = match &gd {
+            Some(g) => Some(self.row.put(g.data()?, bg)),
+            None => None,
+        };
         let dims = Dims { batch, i, o, s };
         let threads = threads_for(batch * i * o * s);
         let ops = Stored {
             x: xd.as_ref().map(|x| x.data()).transpose()?,
-            d: dd.data()?,
-            df: dfd.data()?,
-            g: gd.as_ref().map(|g| g.data()).transpose()?,
+            d: d_rows,
+            df: df_rows,
+            g: g_rows,
             scale: self.prep.scale.as_ref(),
         };
         run(
@@ -988,15 +991,40 @@ impl Blocked {
         }
     }
 
-    /// A contiguous operand whose rows are in the public order, in this
-    /// layout (itself when `k` is 1).
-    fn apply(self, a: Tensor) -> Result<Tensor> {
+    /// A contiguous operand `a` whose rows are in the public order, in
+    /// this layout: `a` itself when `k` is 1, else its rows moved into
+    /// `buf`, which is written in place when it has `a`'s type and size
+    /// (step after step: no allocation).
+    fn put<'a>(self, a: &'a ArrayData, buf: &'a mut Option<ArrayData>) -> &'a ArrayData {
         if self.k <= 1 {
-            return Ok(a);
+            return a;
         }
-        let d = a.data()?;
-        let shape = d.shape().to_vec();
-        Ok(Tensor::from_data(self.moved(d, true, &shape)))
+        fn rows<T: Copy>(
+            lay: Blocked,
+            src: &ndarray::ArrayD<T>,
+            dst: Option<&mut ndarray::ArrayD<T>>,
+        ) -> bool {
+            let src = src.as_slice().expect("trace operands are contiguous");
+            match dst
+                .and_then(|d| d.as_slice_mut())
+                .filter(|d| d.len() == src.len())
+            {
+                Some(d) => {
+                    lay.block_rows(src, d);
+                    true
+                }
+                None => false,
+            }
+        }
+        let done = match (a, buf.as_mut()) {
+            (ArrayData::F32(x), Some(ArrayData::F32(y))) => rows(self, x, Some(y)),
+            (ArrayData::F64(x), Some(ArrayData::F64(y))) => rows(self, x, Some(y)),
+            _ => false,
+        };
+        if !done {
+            *buf = Some(self.moved(a, true, a.shape()));
+        }
+        buf.as_ref().expect("filled above")
     }
 
     /// A contiguous array's rows moved into this layout (`into`) or out of

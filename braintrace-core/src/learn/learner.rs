@@ -493,16 +493,23 @@ impl<M: Model> Learner<M> {
             // scalar correction): later steps are not checked here again
             // (`run` still checks every call).
             let mut accepted = 0usize;
+            // The step's rows of `xs` and `ys` and its scalar, written in
+            // place from the second step on, once the program has let go
+            // of them (see `fill`); placeholders until the first step.
+            let [mut x_t, mut y_t, mut c_t] = [(); 3].map(|_| Tensor::scalar_of(0.0, dtype));
             for t in 0..t_len {
                 let n = self.running_index + t;
                 let c = match &self.program.algo {
                     Algorithm::PpProp(pp) => pp.correction(n),
                     Algorithm::DRtrl(_) => 1.0,
                 };
+                fill(&mut x_t, &xs, t)?;
+                fill(&mut y_t, &ys, t)?;
+                set_scalar(&mut c_t, c, dtype);
                 let mut args = Vec::with_capacity(np + nh + 3 + nt);
                 args.extend_from_slice(self.state.param_values());
                 args.extend_from_slice(&hidden);
-                args.extend([row(&xs, t)?, row(&ys, t)?, Tensor::scalar_of(c, dtype)]);
+                args.extend([x_t.clone(), y_t.clone(), c_t.clone()]);
                 args.extend_from_slice(&traces);
                 let mut outs = match &reuse {
                     Some(staged) if accepted >= 2 || staged.accepts(&args) => {
@@ -685,6 +692,48 @@ fn stack_scalars(losses: &[Tensor], dtype: DType) -> Result<Tensor> {
 
 /// Row `t` of a concrete time-major sequence (`t` in range), copied out of
 /// the array without going through the op machinery.
+/// `dst` := row `t` of `xs`: in place when `dst` is the only handle to
+/// its buffer and has that row's dtype and shape (no allocation), else a
+/// new tensor. Only a unique buffer is written, so no other holder of
+/// `dst`'s value sees it change.
+fn fill(dst: &mut Tensor, xs: &Tensor, t: usize) -> Result<()> {
+    use crate::tensor::ArrayData;
+    use ndarray::Axis;
+    let done = match (dst.try_data_mut(), xs.data_for("etrace_grad")?) {
+        (Some(ArrayData::F32(d)), ArrayData::F32(s)) => {
+            let s = s.index_axis(Axis(0), t);
+            let fits = d.shape() == s.shape();
+            if fits {
+                d.assign(&s);
+            }
+            fits
+        }
+        (Some(ArrayData::F64(d)), ArrayData::F64(s)) => {
+            let s = s.index_axis(Axis(0), t);
+            let fits = d.shape() == s.shape();
+            if fits {
+                d.assign(&s);
+            }
+            fits
+        }
+        _ => false,
+    };
+    if !done {
+        *dst = row(xs, t)?;
+    }
+    Ok(())
+}
+
+/// `dst` := the scalar `c` of `dtype` (in place as [`fill`]).
+fn set_scalar(dst: &mut Tensor, c: f64, dtype: DType) {
+    use crate::tensor::ArrayData;
+    match (dst.try_data_mut(), dtype) {
+        (Some(ArrayData::F32(d)), DType::F32) if d.ndim() == 0 => d.fill(c as f32),
+        (Some(ArrayData::F64(d)), DType::F64) if d.ndim() == 0 => d.fill(c),
+        _ => *dst = Tensor::scalar_of(c, dtype),
+    }
+}
+
 fn row(xs: &Tensor, t: usize) -> Result<Tensor> {
     use crate::tensor::ArrayData;
     use ndarray::Axis;

@@ -129,11 +129,15 @@ impl Tensor {
     /// ```
     pub fn array_mut<T: ArrayElement>(&mut self) -> Result<&mut ArrayD<T>> {
         const OP: &str = "Tensor::array_mut";
-        let (got, shape) = (self.dtype(), self.shape().to_vec());
+        let got = self.dtype();
         if got != T::dtype() {
-            return Err(dtype_error(OP, T::dtype(), got, &shape));
+            return Err(dtype_error(OP, T::dtype(), got, self.shape()));
         }
-        T::array_mut(self.data_mut_for(OP)?).ok_or_else(|| dtype_error(OP, T::dtype(), got, &shape))
+        let data = self.data_mut_for(OP)?;
+        if T::array(data).is_none() {
+            return Err(dtype_error(OP, T::dtype(), data.dtype(), data.shape()));
+        }
+        Ok(T::array_mut(data).expect("of type T: checked above"))
     }
 
     /// The concrete data by value: moved out without a copy when this handle
@@ -160,12 +164,18 @@ impl Tensor {
     /// # Ok::<(), braintrace_core::Error>(())
     /// ```
     pub fn into_array<T: ArrayElement>(self) -> Result<ArrayD<T>> {
-        let (got, shape) = (self.dtype(), self.shape().to_vec());
+        let got = self.dtype();
         if got != T::dtype() {
-            return Err(dtype_error("Tensor::into_array", T::dtype(), got, &shape));
+            return Err(dtype_error(
+                "Tensor::into_array",
+                T::dtype(),
+                got,
+                self.shape(),
+            ));
         }
+        // The dtype was checked: the data is of type `T`.
         T::into_array(self.into_data()?)
-            .map_err(|d| dtype_error("Tensor::into_array", T::dtype(), d.dtype(), &shape))
+            .map_err(|d| dtype_error("Tensor::into_array", T::dtype(), d.dtype(), d.shape()))
     }
 }
 
