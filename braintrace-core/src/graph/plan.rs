@@ -63,13 +63,15 @@ use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
 use crate::kernels::broadcast::concat_rows_into;
+use crate::kernels::reduce::sum_all;
 use crate::kernels::sgemm;
+use crate::kernels::spare::recast;
 use crate::ops::elementwise::{
     binary_block, mul_add_block, scalar_block, scale_add_block, unary_block, unary_block_f32,
     Binary, BinaryOp, Scalar, ScalarOp, Unary, UnaryOp,
 };
 use crate::ops::linalg::Matmul;
-use crate::ops::shape::{Concat, Reshape, Transpose};
+use crate::ops::shape::{Concat, ReduceSum, Reshape, Transpose};
 use crate::ops::{surrogate_block, Spike, Surrogate, SurrogateGrad};
 use crate::tensor::{
     copy_blocks, row_major as row_major_of, same_shape, standard_layout, ArrayData, ArrayElement,
@@ -173,6 +175,9 @@ enum Kernel {
     /// An `f32`/`f64` concatenation along `axis` into a recycled buffer
     /// (row-major, as `eval` lays it out).
     Concat { axis: usize },
+    /// An `f32`/`f64` sum over every axis longer than 1 (one value, a
+    /// loss's sum) into a recycled buffer, in `eval`'s order.
+    SumAll,
 }
 
 /// Where a fused equation reads an operand.
@@ -726,6 +731,9 @@ impl Plan {
                         Kernel::Concat { axis } => self
                             .concat(pool, env, e.prim.as_ref(), inputs, e.outputs[0], *axis)
                             .map(Some)?,
+                        Kernel::SumAll => self
+                            .sum_all(pool, env, e.prim.as_ref(), inputs[0], e.outputs[0])
+                            .map(Some)?,
                         Kernel::Reshape => {
                             let shape = self.graph.avals[e.outputs[0]].shape();
                             self.layout(
@@ -946,6 +954,42 @@ impl Plan {
         Ok(y)
     }
 
+    /// The sum of every element into a recycled one-element buffer, added
+    /// in the order `eval` adds them ([`sum_all`]): the same bits.
+    fn sum_all(
+        &self,
+        pool: &mut Pool,
+        env: &mut [Option<Tensor>],
+        p: &dyn Primitive,
+        (v, last): (VarId, bool),
+        out: VarId,
+    ) -> Result<Tensor> {
+        let shape = self.graph.avals[out].shape();
+        let class = self.class_of[out];
+        fn total<T: PoolFloat>(
+            pool: &mut Pool,
+            class: Option<usize>,
+            x: &Tensor,
+            shape: &[usize],
+        ) -> Result<Tensor> {
+            let a = T::array(x.data_for("sum")?).ok_or_else(|| {
+                Error::dtype("sum", format!("planned for a float, got {}", x.dtype()))
+            })?;
+            let s = sum_all(&elements(a, Order::C));
+            let mut b = take::<T>(pool, class, 1);
+            b.slice_mut()[0] = s;
+            b.into_tensor(shape, false)
+        }
+        let x = env[v].as_ref().ok_or_else(|| undefined(p, v))?;
+        let y = match x.dtype() {
+            DType::F32 => total::<f32>(pool, class, x, shape)?,
+            DType::F64 => total::<f64>(pool, class, x, shape)?,
+            d => unreachable!("only float sums are planned, got {d}"),
+        };
+        self.release(pool, env, &[(v, last)]);
+        Ok(y)
+    }
+
     /// A few-row `f32` product by [`sgemm`] (as the interpreter's `eval`
     /// runs it: the same bits) into a recycled buffer. `keep`: the right
     /// operand's tensor and its [`Pool::panels`] slot, when the operand's
@@ -1128,6 +1172,15 @@ fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel {
         {
             return Kernel::Concat { axis: c.axis };
         }
+    }
+    if e.inputs.len() == 1
+        && e.outputs.len() == 1
+        && e.prim.as_any().is::<ReduceSum>()
+        && float(&e.inputs[0])
+        && g.avals[e.outputs[0]].dtype() == g.avals[e.inputs[0]].dtype()
+        && g.avals[e.outputs[0]].size() == 1
+    {
+        return Kernel::SumAll;
     }
     if e.inputs.len() == 1
         && e.outputs.len() == 1
@@ -2133,17 +2186,6 @@ fn run_fused<T: PoolFloat>(
     Ok(())
 }
 
-/// An empty vector with `v`'s allocation, for elements of another type of
-/// the same size and alignment: `collect` reuses the allocation in place.
-/// A list of borrows keeps its capacity from call to call this way,
-/// without an allocation per call (`recast_keeps_the_allocation`).
-fn recast<A, B>(mut v: Vec<A>) -> Vec<B> {
-    v.clear();
-    v.into_iter()
-        .map(|_| unreachable!("the vector was cleared"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2811,33 +2853,57 @@ mod tests {
     }
 
     #[test]
-    fn recast_keeps_the_allocation() {
-        // The lists `run_fused` and `concat` keep in the pool: borrowed
-        // element slices (`Cow`) and result slices, of either float type.
-        fn check<A, B>(what: &str) {
-            let mut v: Vec<A> = Vec::with_capacity(12);
-            let (ptr, cap) = (v.as_mut_ptr() as usize, v.capacity());
-            let mut w: Vec<B> = recast(v);
-            assert_eq!(
-                (w.as_mut_ptr() as usize, w.capacity()),
-                (ptr, cap),
-                "{what}"
-            );
-            let back: Vec<A> = recast(w);
-            assert_eq!(
-                (back.as_ptr() as usize, back.capacity()),
-                (ptr, cap),
-                "{what} back"
-            );
+    fn plan_sums_to_one_value_in_evals_order() {
+        // Values of very different sizes: another order of the additions
+        // gives other bits. Shapes around the short runs (2, 3..=7) and the
+        // eight partial sums, with unit axes, one element, none; operands
+        // row-major and column-major (a transpose's result).
+        let mut rng = StdRng::seed_from_u64(17);
+        let shapes: [&[usize]; 10] = [
+            &[1],
+            &[2],
+            &[5],
+            &[7],
+            &[8],
+            &[37, 3],
+            &[4, 1, 5],
+            &[1, 1],
+            &[0, 3],
+            &[9, 13],
+        ];
+        for dtype in [DType::F64, DType::F32] {
+            for shape in shapes {
+                let n: usize = shape.iter().product();
+                let v: Vec<f64> = (0..n)
+                    .map(|i| rng.random_range(-1.0..1.0) * 10f64.powi((i % 9) as i32 - 4))
+                    .collect();
+                let x = Tensor::from_vec(v, shape).unwrap().cast(dtype).unwrap();
+                let aval = x.aval();
+                let g = trace(
+                    |a: &[Tensor]| {
+                        let t = a[0].transpose(&(0..a[0].ndim()).rev().collect::<Vec<_>>())?;
+                        // Every axis; and every axis but the unit ones of a
+                        // column-major operand.
+                        let keep: Vec<usize> =
+                            (0..t.ndim()).filter(|&k| t.shape()[k] != 1).collect();
+                        Ok(vec![a[0].sum_all()?, t.exp()?.sum(&keep)?.mul_scalar(2.0)?])
+                    },
+                    std::slice::from_ref(&aval),
+                )
+                .unwrap();
+                let what = format!("{dtype} {shape:?}");
+                let p = check(g, std::slice::from_ref(&x), &what);
+                // (A sum over no axes is no equation.)
+                let want = 1 + usize::from(shape.iter().any(|&d| d != 1));
+                let sums = kernels(&p).iter().filter(|k| **k == Kernel::SumAll).count();
+                assert_eq!(sums, want, "{what}: the sums planned");
+            }
         }
-        check::<[usize; 3], Cow<'_, [f32]>>("Cow<[f32]>");
-        check::<[usize; 3], Cow<'_, [f64]>>("Cow<[f64]>");
-        check::<[usize; 2], &mut [f32]>("&mut [f32]");
-        check::<[usize; 2], &mut [f64]>("&mut [f64]");
-        // Elements are dropped, not kept.
-        let v = vec![Cow::Owned(vec![1.0f32; 4]), Cow::Borrowed(&[2.0f32][..])];
-        let w: Vec<[usize; 3]> = recast(v);
-        assert!(w.is_empty());
+        // A single -0.0 stays -0.0 (as `eval` copies it), not 0 + -0.
+        let x = Tensor::from_vec(vec![-0.0], &[1]).unwrap();
+        let g = trace(|a: &[Tensor]| Ok(vec![a[0].sum_all()?]), &[x.aval()]).unwrap();
+        let p = check(g, std::slice::from_ref(&x), "-0");
+        assert!(p.run(vec![x]).unwrap()[0].to_vec_f64().unwrap()[0].is_sign_negative());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod gather;
 pub mod pages;
 pub(crate) mod reduce;
 pub mod sgemm;
+pub(crate) mod spare;
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};

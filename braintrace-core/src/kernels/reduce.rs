@@ -50,20 +50,7 @@ pub(crate) fn sum_axes<T: Float>(a: &ArrayD<T>, axes: &[usize]) -> ArrayD<T> {
     while let Some(&(len, summed)) = blocks.last() {
         if summed {
             blocks.pop();
-            // Short runs (the states of a trace, 2 for LIF) summed inline:
-            // a call per run costs more than the run. Same order as
-            // `sum_slice`, which adds runs under 8 one by one from zero.
-            cur = Cow::Owned(match len {
-                2 => cur
-                    .chunks_exact(2)
-                    .map(|c| T::zero() + c[0] + c[1])
-                    .collect(),
-                3..=7 => cur
-                    .chunks_exact(len)
-                    .map(|c| c.iter().fold(T::zero(), |a, &v| a + v))
-                    .collect(),
-                _ => cur.chunks_exact(len).map(sum_slice).collect(),
-            });
+            cur = Cow::Owned(cur.chunks_exact(len).map(sum_run).collect());
         } else if blocks.len() >= 2 {
             let (r, _) = blocks[blocks.len() - 2];
             let k = len;
@@ -91,6 +78,30 @@ pub(crate) fn sum_axes<T: Float>(a: &ArrayD<T>, axes: &[usize]) -> ArrayD<T> {
     }
     debug_assert_eq!(cur.len(), n_out);
     ArrayD::from_shape_vec(out_dim, cur.into_owned()).expect("same number of elements")
+}
+
+/// The sum of a summed block's run (at least two elements). Short runs
+/// (the states of a trace, 2 for LIF) are summed inline: a call per run
+/// costs more than the run. Same order as `sum_slice`, which adds runs
+/// under 8 one by one from zero.
+#[inline]
+fn sum_run<T: Float>(c: &[T]) -> T {
+    match c.len() {
+        2 => T::zero() + c[0] + c[1],
+        3..=7 => c.iter().fold(T::zero(), |a, &v| a + v),
+        _ => sum_slice(c),
+    }
+}
+
+/// The sum over every axis of an array whose row-major elements are `x`:
+/// the one value [`sum_axes`] gives when it sums every axis longer than 1
+/// (the planned executor's reduction to a scalar, bit for bit).
+pub(crate) fn sum_all<T: Float>(x: &[T]) -> T {
+    match x {
+        [] => T::zero(),
+        [v] => *v,
+        _ => sum_run(x),
+    }
 }
 
 /// The sum of a slice with eight partial sums (vectorisable, and no less

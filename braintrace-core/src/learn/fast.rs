@@ -1249,23 +1249,26 @@ fn fused<T: Float + Send + Sync>(
     };
     let blocks = threads.clamp(1, ni);
     let rows_per = ni.div_ceil(blocks);
-    let mut parts = split_rows(e, batch, ni, no * s, rows_per);
     let ctx = Ctx {
         dims,
         rows_per,
         ops,
         solve,
     };
-    if parts.len() == 1 {
-        let part = parts.pop().expect("one block");
-        block(&ctx, 0, part, grad);
+    if blocks == 1 {
+        // One block: each sample's rows are one run (in a list this thread
+        // keeps, no allocation per step).
+        crate::kernels::spare::with_slices(|part| {
+            part.extend(e.chunks_mut(ni * no * s));
+            block(&ctx, 0, part, grad);
+        });
     } else {
         use rayon::prelude::*;
-        parts
+        split_rows(e, batch, ni, no * s, rows_per)
             .into_par_iter()
             .zip(grad.par_chunks_mut(rows_per * no))
             .enumerate()
-            .for_each(|(k, (part, grad))| block(&ctx, k, part, grad));
+            .for_each(|(k, (mut part, grad))| block(&ctx, k, &mut part, grad));
     }
 }
 
@@ -1280,13 +1283,18 @@ struct Ctx<'a, T> {
 crate::kernels::avx2_dispatch!(
     /// Run block `k`, with AVX2 when the CPU has it (the same arithmetic —
     /// no fused multiply-adds are introduced — in 8 lanes instead of 4).
-    fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) => block_scaled_or_not
+    fn block<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: &mut [&mut [T]], grad: &mut [T]) => block_scaled_or_not
 );
 
 /// The block, compiled separately with and without a transform's
 /// derivative (the loop without one stays as tight as it was).
 #[inline(always)]
-fn block_scaled_or_not<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>, grad: &mut [T]) {
+fn block_scaled_or_not<T: Float>(
+    ctx: &Ctx<'_, T>,
+    k: usize,
+    part: &mut [&mut [T]],
+    grad: &mut [T],
+) {
     if ctx.ops.scale.is_some() {
         block_body::<T, true>(ctx, k, part, grad);
     } else {
@@ -1298,7 +1306,7 @@ fn block_scaled_or_not<T: Float>(ctx: &Ctx<'_, T>, k: usize, part: Vec<&mut [T]>
 fn block_body<T: Float, const SCALED: bool>(
     ctx: &Ctx<'_, T>,
     k: usize,
-    mut part: Vec<&mut [T]>,
+    part: &mut [&mut [T]],
     grad: &mut [T],
 ) {
     let Dims {
