@@ -352,12 +352,28 @@ impl Pool {
     }
 }
 
-/// A buffer of `n` elements for a result the plan writes: a dead value of
-/// `class` (whose `n` elements lie contiguous in memory), or a fresh one
-/// with [`ALIGN_SLACK`] elements to spare, so that its elements can start
-/// on a 64-byte boundary (see [`aligned`]).
-fn take<T: PoolFloat>(p: &mut Pool, class: Option<usize>, n: usize) -> Buf<T> {
+/// A buffer for a result of `shape` the plan writes, row-major or
+/// (`column_major`) column-major: a dead value of `class` of that very
+/// shape and order when there is one (handed back as it is, see
+/// [`Buf::into_tensor`]), else one whose elements lie contiguous in memory
+/// (given the shape then), else a fresh one with [`ALIGN_SLACK`] elements
+/// to spare, so that its elements can start on a 64-byte boundary (see
+/// [`aligned`]).
+fn take<T: PoolFloat>(
+    p: &mut Pool,
+    class: Option<usize>,
+    shape: &[usize],
+    column_major: bool,
+) -> Buf<T> {
+    let n = shape.iter().product();
     if let Some(list) = class.and_then(|c| p.free.get_mut(c)) {
+        let same = list.iter_mut().rposition(|t| {
+            unique_array_mut::<T>(t)
+                .is_some_and(|a| same_shape(a.shape(), shape) && in_order(a, column_major))
+        });
+        if let Some(i) = same {
+            return Buf::Kept(list.swap_remove(i), std::marker::PhantomData);
+        }
         while let Some(mut t) = list.pop() {
             if contiguous_mut::<T>(&mut t).is_some_and(|s| s.len() == n) {
                 return Buf::Kept(t, std::marker::PhantomData);
@@ -398,7 +414,7 @@ fn change_in_place<T>(
     change: impl FnOnce(ArrayD<T>) -> Result<ArrayD<T>>,
 ) -> Result<()> {
     // An empty placeholder while `a` is moved out (no allocation).
-    let empty = ArrayD::from_shape_vec(IxDyn(&[0]), Vec::new()).expect("no elements");
+    let empty = ndarray::Array1::from_vec(Vec::new()).into_dyn();
     *a = change(std::mem::replace(a, empty))?;
     Ok(())
 }
@@ -940,7 +956,7 @@ impl Plan {
                 })?;
                 parts.push(elements(a, Order::C));
             }
-            let mut v = take::<T>(pool, class, shape.iter().product());
+            let mut v = take::<T>(pool, class, shape, false);
             concat_rows_into(&parts, axis, shape, v.slice_mut());
             pool.spare_elems[0] = recast(parts);
             v.into_tensor(shape, false)
@@ -976,7 +992,7 @@ impl Plan {
                 Error::dtype("sum", format!("planned for a float, got {}", x.dtype()))
             })?;
             let s = sum_all(&elements(a, Order::C));
-            let mut b = take::<T>(pool, class, 1);
+            let mut b = take::<T>(pool, class, shape, false);
             b.slice_mut()[0] = s;
             b.into_tensor(shape, false)
         }
@@ -1002,7 +1018,7 @@ impl Plan {
         keep: Option<(&Tensor, usize)>,
     ) -> Tensor {
         let (m, n) = (a.nrows(), b.ncols());
-        let mut c = take::<f32>(pool, class, m * n);
+        let mut c = take::<f32>(pool, class, &[m, n], false);
         let pack = match keep {
             Some((b_t, slot)) => !matches!(&pool.panels[slot], Some((t, _)) if t.ptr_eq(b_t)),
             None => true,
@@ -1098,7 +1114,7 @@ impl LayoutChange for ReshapeTo<'_> {
             change_in_place(a, |a| a.into_shape_with_order(IxDyn(self.0)).map_err(bad))?;
             return Ok((x, None));
         }
-        let mut v = take::<T>(pool, class, a.len());
+        let mut v = take::<T>(pool, class, self.0, false);
         copy_blocks(v.slice_mut(), row_major_of(&standard_layout(a)));
         Ok((v.into_tensor(self.0, false)?, Some(x)))
     }
@@ -1125,7 +1141,7 @@ impl LayoutChange for PermuteBy<'_> {
             .ok_or_else(|| Error::invalid("transpose", "operand of another dtype"))?;
         let y = match a.as_slice() {
             Some(s) => {
-                let mut v = take::<T>(pool, class, s.len());
+                let mut v = take::<T>(pool, class, a.shape(), false);
                 copy_blocks(v.slice_mut(), s);
                 v.into_array(a.raw_dim(), false)?
             }
@@ -1292,7 +1308,7 @@ fn matmul_into<T: PoolFloat + LinalgScalar>(
     // `dot`'s choice: column-major when both operands step by one down
     // their rows.
     let column_major = a.strides()[0] == 1 && b.strides()[0] == 1;
-    let mut c = take::<T>(pool, class, m * n)
+    let mut c = take::<T>(pool, class, &[m, n], column_major)
         .into_array(IxDyn(&[m, n]), column_major)?
         .into_dimensionality::<Ix2>()
         .map_err(|e| bad(e.to_string()))?;
@@ -2100,7 +2116,7 @@ fn run_fused<T: PoolFloat>(
     }
     let mut bufs_out = std::mem::take(T::spare_bufs(pool));
     for &v in &f.outputs {
-        bufs_out.push(take(pool, class_of[v], f.size));
+        bufs_out.push(take(pool, class_of[v], &f.shape, order == Order::F));
     }
     let mut outs: Vec<&mut [T]> = recast(std::mem::take(&mut pool.spare_outs));
     outs.extend(bufs_out.iter_mut().map(|b| b.slice_mut()));
