@@ -690,32 +690,23 @@ fn stack_scalars(losses: &[Tensor], dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// Row `t` of a concrete time-major sequence (`t` in range), copied out of
-/// the array without going through the op machinery.
 /// `dst` := row `t` of `xs`: in place when `dst` is the only handle to
 /// its buffer and has that row's dtype and shape (no allocation), else a
 /// new tensor. Only a unique buffer is written, so no other holder of
 /// `dst`'s value sees it change.
 fn fill(dst: &mut Tensor, xs: &Tensor, t: usize) -> Result<()> {
     use crate::tensor::ArrayData;
-    use ndarray::Axis;
+    fn copy<T: Clone>(d: &mut ndarray::ArrayD<T>, s: &ndarray::ArrayD<T>, t: usize) -> bool {
+        let s = s.index_axis(ndarray::Axis(0), t);
+        let fits = d.shape() == s.shape();
+        if fits {
+            d.assign(&s);
+        }
+        fits
+    }
     let done = match (dst.try_data_mut(), xs.data_for("etrace_grad")?) {
-        (Some(ArrayData::F32(d)), ArrayData::F32(s)) => {
-            let s = s.index_axis(Axis(0), t);
-            let fits = d.shape() == s.shape();
-            if fits {
-                d.assign(&s);
-            }
-            fits
-        }
-        (Some(ArrayData::F64(d)), ArrayData::F64(s)) => {
-            let s = s.index_axis(Axis(0), t);
-            let fits = d.shape() == s.shape();
-            if fits {
-                d.assign(&s);
-            }
-            fits
-        }
+        (Some(ArrayData::F32(d)), ArrayData::F32(s)) => copy(d, s, t),
+        (Some(ArrayData::F64(d)), ArrayData::F64(s)) => copy(d, s, t),
         _ => false,
     };
     if !done {
@@ -734,6 +725,8 @@ fn set_scalar(dst: &mut Tensor, c: f64, dtype: DType) {
     }
 }
 
+/// Row `t` of a concrete time-major sequence (`t` in range), copied out of
+/// the array without going through the op machinery.
 fn row(xs: &Tensor, t: usize) -> Result<Tensor> {
     use crate::tensor::ArrayData;
     use ndarray::Axis;
