@@ -2,7 +2,8 @@
 //! matrix products, fused element-wise loops and D-RTRL trace kernels split
 //! across the threads — gives the same losses and gradients, bit for bit,
 //! as on one thread, at sizes where every kind of split happens (hidden
-//! 128, batch 64: products of 1.2 M multiply-adds, loops of 8 K elements).
+//! 128, batch 64: products of 1.2 M multiply-adds, loops of 8 K elements;
+//! hidden 512, batch 16: pp_prop's stores into its chunks).
 
 mod learn_support;
 
@@ -70,6 +71,18 @@ fn gru_pp_prop_on_several_threads_gives_the_bits_of_one() {
         || GruNet::new(16, 128, 4),
         || PpProp::new(0.95).unwrap().into(),
         (5, 64, 16, 4),
+    );
+}
+
+/// pp_prop gathering chunks (hidden 512, batch 16: 520-row chunks), where
+/// each step's stores into the chunk are shared between two threads.
+#[test]
+fn gru_pp_prop_chunks_on_several_threads_give_the_bits_of_one() {
+    same_bits(
+        "gru pp_prop chunks",
+        || GruNet::new(16, 512, 4),
+        || PpProp::new(0.95).unwrap().into(),
+        (4, 16, 16, 4),
     );
 }
 

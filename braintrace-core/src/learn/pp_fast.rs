@@ -132,7 +132,7 @@ struct Acc<T> {
 /// The chunk product `∇W += x̄ᵀ g`, in place: in f32
 /// [`sgemm::add_product`] (the crate's kernel for small chunks, nothing
 /// packed or allocated), in f64 `matrixmultiply`.
-trait ChunkProduct: LinalgScalar {
+trait ChunkProduct: LinalgScalar + Send + Sync {
     fn add_product(a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, c: &mut Array2<Self>) {
         general_mat_mul(Self::one(), a, b, Self::one(), c);
     }
@@ -253,60 +253,31 @@ impl<T: ChunkProduct> Acc<T> {
         if self.n + rows > self.cap {
             self.flush(leaves);
         }
-        self.put_rows(g, rows);
-        if let Some(x) = x.filter(|_| !self.x.is_empty()) {
-            copy_rows(x, &mut self.x[self.n * self.i..(self.n + rows) * self.i]);
+        let (n, i) = (self.n, self.i);
+        let chunk = Chunk {
+            n,
+            o: self.o,
+            cap: self.cap,
+            packed: self.packed,
+        };
+        let (gs, xs) = (&mut self.g, &mut self.x);
+        let put_x = |xs: &mut Vec<T>| {
+            if let Some(x) = x.filter(|_| !xs.is_empty()) {
+                copy_rows(x, &mut xs[n * i..(n + rows) * i]);
+            }
+        };
+        // The two stores are memory-bound (a chunk is larger than the
+        // second-level cache): under `keep_awake` the pool's other thread
+        // takes the inputs' rows.
+        let min = crate::threads::split_threshold(PAR_MIN_ROWS_AWAKE, usize::MAX, usize::MAX);
+        if rows * chunk.o >= min && !xs.is_empty() && rayon::current_num_threads() > 1 {
+            rayon::join(|| chunk.put_rows(gs, g, rows), || put_x(xs));
+        } else {
+            chunk.put_rows(gs, g, rows);
+            put_x(xs);
         }
         self.n += rows;
     }
-
-    /// `g`'s `rows` rows (in row-major order) into the chunk after its
-    /// `n` rows: row-major, or as the rows `n..n + rows` of each 16-column
-    /// panel (panel `p` starts at `p·16·cap`).
-    fn put_rows(&mut self, g: &ArrayD<T>, rows: usize) {
-        let (n, o) = (self.n, self.o);
-        if !self.packed {
-            return copy_rows(g, &mut self.g[n * o..(n + rows) * o]);
-        }
-        let stride = 16 * self.cap;
-        let g2 = g
-            .view()
-            .into_shape_with_order(((rows, o), ndarray::Order::RowMajor));
-        match g2 {
-            Ok(g2) => match g2.as_slice() {
-                // Panel by panel, its new rows written one after another
-                // (rows outer wrote 64 bytes in each panel in turn, twice
-                // as slow as a plain copy of the rows).
-                Some(src) => {
-                    for (p, panel) in self.g.chunks_exact_mut(stride).enumerate() {
-                        let dst = &mut panel[16 * n..16 * (n + rows)];
-                        for (r, d) in dst.chunks_exact_mut(16).enumerate() {
-                            let at = r * o + 16 * p;
-                            // Sixteen moves, inlined (not a `memcpy` call).
-                            let d: &mut [T; 16] = d.try_into().expect("16 elements");
-                            *d = src[at..at + 16].try_into().expect("16 elements");
-                        }
-                    }
-                }
-                None => {
-                    for (r, row) in g2.outer_iter().enumerate() {
-                        for (j, &v) in row.iter().enumerate() {
-                            self.g[j / 16 * stride + (n + r) * 16 + j % 16] = v;
-                        }
-                    }
-                }
-            },
-            Err(_) => {
-                // A layout that does not reshape as a view: the rows in
-                // row-major order first.
-                let mut flat = vec![T::zero(); rows * o];
-                copy_rows(g, &mut flat);
-                let g2 = ArrayD::from_shape_vec(IxDyn(&[rows, o]), flat).expect("rows × O");
-                self.put_rows(&g2, rows);
-            }
-        }
-    }
-
     fn flush(&mut self, leaves: &[Leaf]) {
         let n = self.n;
         if n == 0 {
@@ -368,6 +339,69 @@ impl<T: ChunkProduct> Acc<T> {
                 }
             })
             .collect()
+    }
+}
+
+/// Where a step's signal rows go in a chunk of `cap` rows that holds `n`
+/// (see [`Chunk::put_rows`]).
+#[derive(Clone, Copy)]
+struct Chunk {
+    n: usize,
+    o: usize,
+    cap: usize,
+    packed: bool,
+}
+
+/// Elements of a step's signal rows from which its stores into the chunk
+/// are shared with the pool's other thread under `keep_awake`.
+const PAR_MIN_ROWS_AWAKE: usize = 1 << 13;
+
+impl Chunk {
+    /// `g`'s `rows` rows (in row-major order) into `buf` after its `n`
+    /// rows: row-major, or as the rows `n..n + rows` of each 16-column
+    /// panel (panel `p` starts at `p·16·cap`).
+    fn put_rows<T: Copy + num_traits::Zero>(self, buf: &mut [T], g: &ArrayD<T>, rows: usize) {
+        let (n, o) = (self.n, self.o);
+        if !self.packed {
+            return copy_rows(g, &mut buf[n * o..(n + rows) * o]);
+        }
+        let stride = 16 * self.cap;
+        let g2 = g
+            .view()
+            .into_shape_with_order(((rows, o), ndarray::Order::RowMajor));
+        match g2 {
+            Ok(g2) => match g2.as_slice() {
+                // Panel by panel, its new rows written one after another
+                // (rows outer wrote 64 bytes in each panel in turn, twice
+                // as slow as a plain copy of the rows).
+                Some(src) => {
+                    for (p, panel) in buf.chunks_exact_mut(stride).enumerate() {
+                        let dst = &mut panel[16 * n..16 * (n + rows)];
+                        for (r, d) in dst.chunks_exact_mut(16).enumerate() {
+                            let at = r * o + 16 * p;
+                            // Sixteen moves, inlined (not a `memcpy` call).
+                            let d: &mut [T; 16] = d.try_into().expect("16 elements");
+                            *d = src[at..at + 16].try_into().expect("16 elements");
+                        }
+                    }
+                }
+                None => {
+                    for (r, row) in g2.outer_iter().enumerate() {
+                        for (j, &v) in row.iter().enumerate() {
+                            buf[j / 16 * stride + (n + r) * 16 + j % 16] = v;
+                        }
+                    }
+                }
+            },
+            Err(_) => {
+                // A layout that does not reshape as a view: the rows in
+                // row-major order first.
+                let mut flat = vec![T::zero(); rows * o];
+                copy_rows(g, &mut flat);
+                let g2 = ArrayD::from_shape_vec(IxDyn(&[rows, o]), flat).expect("rows × O");
+                self.put_rows(buf, &g2, rows);
+            }
+        }
     }
 }
 
