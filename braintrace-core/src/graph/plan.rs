@@ -290,8 +290,9 @@ struct Pool {
     scratch_f32: Vec<Vec<f32>>,
     scratch_f64: Vec<Vec<f64>>,
     /// The allocations of a fused loop's operand lists, kept empty from
-    /// call to call ([`recast`]): two lists of element slices (the
-    /// inputs, the rows) and one of result slices.
+    /// call to call ([`recast`]): its inputs' arrays, two lists of element
+    /// slices (the inputs, the rows) and one of result slices.
+    spare_arrays: Vec<usize>,
     spare_elems: [Vec<[usize; 3]>; 2],
     spare_outs: Vec<[usize; 2]>,
     /// The results' buffers of a fused loop (kept empty, as above).
@@ -2092,20 +2093,23 @@ fn run_fused<T: PoolFloat>(
     // Walk memory in the order most operands are stored in. Ties go to
     // column-major: a recurrent update `h' = a h + x` with a column-major
     // `x` then makes `h'` column-major, and the next step copies nothing.
-    let mut n_f = 0;
+    let mut arrays: Vec<&ArrayD<T>> = recast(std::mem::take(&mut pool.spare_arrays));
     for &v in &f.inputs {
-        n_f += usize::from(order_of(operand::<T>(g, env, v, &f.shape)?) == Some(Order::F));
+        arrays.push(operand(g, env, v, &f.shape)?);
     }
-    let order = if n_f > 0 && 2 * n_f >= f.inputs.len() {
+    let n_f = arrays
+        .iter()
+        .filter(|a| order_of(a) == Some(Order::F))
+        .count();
+    let order = if n_f > 0 && 2 * n_f >= arrays.len() {
         Order::F
     } else {
         Order::C
     };
     let [spare_inputs, spare_rows] = std::mem::take(&mut pool.spare_elems);
     let mut inputs: Vec<Cow<[T]>> = recast(spare_inputs);
-    for &v in &f.inputs {
-        inputs.push(elements(operand(g, env, v, &f.shape)?, order));
-    }
+    inputs.extend(arrays.iter().map(|a| elements(a, order)));
+    pool.spare_arrays = recast(arrays);
     let compiled = f.compiled.filter(|_| compiled_on());
     // Row operands, in the loop's order: in row-major order element `p`
     // of the loop reads element `p % n` of the row, in column-major order

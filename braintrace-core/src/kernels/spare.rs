@@ -57,6 +57,8 @@ mod tests {
                 "{what} back"
             );
         }
+        check::<usize, &ndarray::ArrayD<f32>>("&ArrayD<f32>");
+        check::<usize, &ndarray::ArrayD<f64>>("&ArrayD<f64>");
         check::<[usize; 3], Cow<'_, [f32]>>("Cow<[f32]>");
         check::<[usize; 3], Cow<'_, [f64]>>("Cow<[f64]>");
         check::<[usize; 2], &mut [f32]>("&mut [f32]");

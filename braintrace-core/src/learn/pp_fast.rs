@@ -269,7 +269,8 @@ impl<T: ChunkProduct> Acc<T> {
         // The two stores are memory-bound (a chunk is larger than the
         // second-level cache): under `keep_awake` the pool's other thread
         // takes the inputs' rows.
-        let min = crate::threads::split_threshold(PAR_MIN_ROWS_AWAKE, usize::MAX, usize::MAX);
+        let min =
+            crate::threads::split_threshold(PAR_MIN_STORE_ELEMS_AWAKE, usize::MAX, usize::MAX);
         if rows * chunk.o >= min && !xs.is_empty() && rayon::current_num_threads() > 1 {
             rayon::join(|| chunk.put_rows(gs, g, rows), || put_x(xs));
         } else {
@@ -278,6 +279,7 @@ impl<T: ChunkProduct> Acc<T> {
         }
         self.n += rows;
     }
+
     fn flush(&mut self, leaves: &[Leaf]) {
         let n = self.n;
         if n == 0 {
@@ -354,7 +356,7 @@ struct Chunk {
 
 /// Elements of a step's signal rows from which its stores into the chunk
 /// are shared with the pool's other thread under `keep_awake`.
-const PAR_MIN_ROWS_AWAKE: usize = 1 << 13;
+const PAR_MIN_STORE_ELEMS_AWAKE: usize = 1 << 13;
 
 impl Chunk {
     /// `g`'s `rows` rows (in row-major order) into `buf` after its `n`
