@@ -823,7 +823,7 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
     if cfg.floor {
         v.push("--floor".into());
     }
-    if !braintrace::graph::planned_execution() {
+    if !braintrace::exec::planned_execution() {
         v.push("--no-plan".into());
     }
     v
@@ -917,7 +917,7 @@ fn main() {
     }
     let cfgs = configs(&args);
     if args.no_plan {
-        braintrace::graph::set_planned_execution(false);
+        braintrace::exec::set_planned_execution(false);
     }
     if args.child {
         // Exactly one configuration, in this process.

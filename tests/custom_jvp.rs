@@ -7,8 +7,8 @@
 
 mod common;
 
-use braintrace::ops::CustomJvp;
 use braintrace::prelude::*;
+use braintrace::transform::CustomJvp;
 use common::{assert_allclose, check_grads, check_vmap, t, v, Lcg};
 
 const PI: f64 = std::f64::consts::PI;

@@ -855,7 +855,7 @@ fn call_refuses_arguments_of_other_avals() {
 
 #[test]
 fn cse_does_not_merge_custom_jvp_calls_with_the_same_name() {
-    use braintrace::ops::CustomJvp;
+    use braintrace::transform::CustomJvp;
     // Same name, same operand, same equation count: different functions.
     let rule = |p: &[Tensor], t: &[Tensor]| Ok((vec![p[0].clone()], vec![t[0].clone()]));
     let f = CustomJvp::new("f", |a: &[Tensor]| Ok(vec![a[0].exp()?]), rule);

@@ -6,20 +6,23 @@
 
 pub mod error;
 pub mod etp;
+pub mod exec;
 pub mod graph;
 pub mod kernels;
 pub mod learn;
 pub mod nn;
 pub mod ops;
 pub mod prims;
+pub mod random;
 pub mod tensor;
 pub mod threads;
 pub mod transform;
 
 pub use error::{Error, Result};
 pub use graph::{Graph, LinearArg, Primitive};
-pub use ops::{avals, concat, custom_jvp, spike, stack, where_, CustomJvp, Surrogate};
+pub use ops::{avals, concat, spike, stack, where_, Surrogate};
 pub use tensor::{ArrayData, ArrayElement, Aval, DType, Tensor};
+pub use transform::{custom_jvp, CustomJvp};
 pub use transform::{
     eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, value_and_grad_vec, vjp,
     vmap, vmap_out, Jit, VjpFn,

@@ -379,8 +379,6 @@ impl Graph {
     /// `-0.0` (as XLA's algebraic simplifier also does). Returns how many
     /// equations were removed.
     pub fn simplify_identities(&mut self) -> usize {
-        use crate::ops::elementwise::Binary;
-        use crate::ops::BinaryOp;
         // Captured float constants with one value throughout.
         let mut uniform: HashMap<VarId, f64> = HashMap::new();
         for (&v, c) in self.constvars.iter().zip(&self.consts) {
@@ -405,18 +403,16 @@ impl Graph {
             for x in &mut e.inputs {
                 *x = rename[*x];
             }
-            let op = e.prim.as_any().downcast_ref::<Binary>().map(|b| b.0);
-            let is = |v: VarId, val: f64| uniform.get(&v) == Some(&val);
-            let same = match (op, e.inputs.as_slice(), e.outputs.as_slice()) {
-                (Some(op), &[a, b], &[out]) => {
-                    let x = match op {
-                        BinaryOp::Add if is(b, 0.0) => Some(a),
-                        BinaryOp::Add if is(a, 0.0) => Some(b),
-                        BinaryOp::Sub if is(b, 0.0) => Some(a),
-                        BinaryOp::Mul if is(b, 1.0) => Some(a),
-                        BinaryOp::Mul if is(a, 1.0) => Some(b),
-                        BinaryOp::Div if is(b, 1.0) => Some(a),
-                        _ => None,
+            let [left, right] = e.prim.neutral_operands();
+            let is = |v: VarId, val: Option<f64>| val.is_some() && uniform.get(&v) == val.as_ref();
+            let same = match (e.inputs.as_slice(), e.outputs.as_slice()) {
+                (&[a, b], &[out]) => {
+                    let x = if is(b, right) {
+                        Some(a)
+                    } else if is(a, left) {
+                        Some(b)
+                    } else {
+                        None
                     };
                     x.filter(|&x| self.avals[x] == self.avals[out])
                         .map(|x| (out, x))

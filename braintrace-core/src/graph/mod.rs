@@ -10,15 +10,13 @@
 mod analysis;
 mod builder;
 mod interpret;
-mod plan;
 mod primitive;
 pub mod profile;
 
 pub use analysis::{Reachable, Slice, FOLD_MAX_ELEMENTS};
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
-pub(crate) use plan::Plan;
-pub use plan::{planned_execution, set_planned_execution};
+pub(crate) use interpret::NEVER_READ;
 pub use primitive::{Elementwise, LinearArg, Primitive, PrimitiveClone};
 
 use crate::error::{Error, Result};
@@ -311,8 +309,8 @@ impl Graph {
                 let d = t0.elapsed();
                 let shapes = format!(
                     "{} -> {}",
-                    profile::shapes_label(&crate::ops::avals(ins)),
-                    profile::shapes_label(&crate::ops::avals(&outs))
+                    profile::shapes_label(&crate::tensor::avals(ins)),
+                    profile::shapes_label(&crate::tensor::avals(&outs))
                 );
                 profile::record(&eqn.prim.name(), &shapes, d);
                 Ok(outs)
@@ -376,7 +374,7 @@ fn lower_into(g: &Graph, args: &[Tensor]) -> Result<Vec<Tensor>> {
                     Ok(Vec::new())
                 }
             },
-            &crate::ops::avals(ins),
+            &crate::tensor::avals(ins),
         )?;
         if lowered {
             lower_into(&sub, ins)

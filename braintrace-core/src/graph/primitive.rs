@@ -59,6 +59,13 @@ impl<T: Primitive + Clone> PrimitiveClone for T {
 /// Implementations are small structs whose fields are the op's static
 /// parameters; an equation of a graph holds one of them.
 pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
+    /// For a binary op, the constant that leaves the other operand
+    /// unchanged when it stands on the left / on the right (`0 + x`, `x - 0`,
+    /// `1 * x`, `x / 1`): [`Graph::simplify_identities`](super::Graph::simplify_identities)
+    /// drops such equations. `[None, None]` (the default) for every other op.
+    fn neutral_operands(&self) -> [Option<f64>; 2] {
+        [None, None]
+    }
     /// The name printed in graphs (`mul`, `matmul`, `etp_mm`, ...).
     fn name(&self) -> String;
     /// Static parameters as `key=value` pairs, printed in graphs.

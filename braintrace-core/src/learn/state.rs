@@ -49,7 +49,7 @@ pub struct HiddenInfo {
 /// values and its hidden states. Passed to [`Model::init`].
 pub struct Init {
     dtype: DType,
-    rng: crate::nn::init::Rng,
+    rng: crate::random::Rng,
     params: Vec<(ParamInfo, Tensor)>,
     hidden: Vec<HiddenInfo>,
 }
@@ -59,7 +59,7 @@ impl Init {
     pub fn new(dtype: DType, seed: u64) -> Self {
         Init {
             dtype,
-            rng: crate::nn::init::Rng::seed(seed),
+            rng: crate::random::Rng::seed(seed),
             params: Vec::new(),
             hidden: Vec::new(),
         }
@@ -69,7 +69,7 @@ impl Init {
         self.dtype
     }
     /// The random number generator initialisers draw from.
-    pub fn rng(&mut self) -> &mut crate::nn::init::Rng {
+    pub fn rng(&mut self) -> &mut crate::random::Rng {
         &mut self.rng
     }
     /// Declare a leaf `leaf` of the parameter state `state_path` (or a bare

@@ -516,6 +516,15 @@ impl Primitive for Binary {
     fn name(&self) -> String {
         self.0.name().to_string()
     }
+    fn neutral_operands(&self) -> [Option<f64>; 2] {
+        match self.0 {
+            BinaryOp::Add => [Some(0.0), Some(0.0)],
+            BinaryOp::Sub => [None, Some(0.0)],
+            BinaryOp::Mul => [Some(1.0), Some(1.0)],
+            BinaryOp::Div => [None, Some(1.0)],
+            _ => [None, None],
+        }
+    }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         let n = self.name();
         super::check_arity(&n, inputs, 2)?;

@@ -4,7 +4,6 @@
 //! which also do numpy-style broadcasting.
 
 pub mod conv;
-mod custom_jvp;
 pub mod elementwise;
 pub mod index;
 mod inplace;
@@ -12,8 +11,8 @@ pub mod linalg;
 pub mod shape;
 mod spike;
 
+pub use crate::tensor::avals;
 pub use conv::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
-pub use custom_jvp::{custom_jvp, CustomJvp, CustomJvpCall, JvpRule, PrimalFn};
 pub use elementwise::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
 pub(crate) use spike::surrogate_block;
 pub use spike::{spike, Spike, Surrogate, SurrogateGrad};
@@ -574,9 +573,4 @@ impl Tensor {
     pub fn scalar_like(&self, v: f64) -> Tensor {
         Tensor::scalar_of(v, self.dtype())
     }
-}
-
-/// Abstract values of a list of tensors.
-pub fn avals(xs: &[Tensor]) -> Vec<Aval> {
-    xs.iter().map(Tensor::aval).collect()
 }

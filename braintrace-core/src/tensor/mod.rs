@@ -255,3 +255,8 @@ impl<T: Element> From<ArrayD<T>> for Tensor {
         Tensor::from_array(a)
     }
 }
+
+/// Abstract values of a list of tensors.
+pub fn avals(xs: &[Tensor]) -> Vec<Aval> {
+    xs.iter().map(Tensor::aval).collect()
+}

@@ -1,11 +1,12 @@
 //! `jit`: trace once per distinct input avals, cache the graph, and run the
 //! cached graph afterwards without re-tracing, through a plan built once
-//! (see `crate::graph::set_planned_execution`): operand slots and last
+//! (see `crate::exec::set_planned_execution`): operand slots and last
 //! uses resolved ahead, element-wise chains fused into blocked loops.
 
 use super::make_graph;
 use crate::error::Result;
-use crate::graph::{Graph, Plan};
+use crate::exec::Plan;
+use crate::graph::Graph;
 use crate::tensor::{Aval, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,7 @@ impl Compiled {
     }
     fn run(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
         match &self.plan {
-            Some(p) if crate::graph::planned_execution() => p.run(args),
+            Some(p) if crate::exec::planned_execution() => p.run(args),
             _ => self.graph.eval(&args),
         }
     }

@@ -9,11 +9,13 @@
 
 mod batching;
 mod call;
+mod custom_jvp;
 mod jit;
 mod linearize;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
 pub use call::{as_call, call, Call};
+pub use custom_jvp::{custom_jvp, CustomJvp, CustomJvpCall, JvpRule, PrimalFn};
 pub(crate) use jit::Staged;
 pub use jit::{jit, Jit};
 pub use linearize::{

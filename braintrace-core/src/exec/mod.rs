@@ -1,14 +1,14 @@
 //! The planned executor: a [`Graph`] compiled once into a list of steps that
 //! run on concrete tensors without the interpreter's per-call work. Operand
 //! slots and last uses are resolved when the plan is built; no shape
-//! inference, tracing check or [`super::bind`] happens at run time; and
+//! inference, tracing check or [`crate::graph::bind`] happens at run time; and
 //! chains of element-wise equations of one shape are fused into one loop
 //! over blocks of the output, each equation applied to the block in a small
 //! set of block buffers (the data stays in L1, one dispatch per block
 //! instead of one pass over memory per equation, no intermediate tensors).
 //!
 //! A fused group is a set of element-wise equations (see
-//! [`super::Primitive::elementwise`]) with one output shape and float dtype
+//! [`Primitive::elementwise`]) with one output shape and float dtype
 //! whose operands have that shape or a single element (broadcast). It runs
 //! where its last equation stood: an equation joins the open group of its
 //! shape, and a group closes as soon as an equation outside it reads one of
@@ -18,7 +18,7 @@
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
 //! rounded as the two ops are). An `f32` group that was compiled ahead of
-//! time (the built-in layers' step programs: see [`aot`]) runs as one loop
+//! time (the built-in layers' step programs: see `aot`) runs as one loop
 //! per block instead, every value of an element in registers, with the
 //! same bits.
 //!
@@ -59,9 +59,8 @@ mod aot;
 #[rustfmt::skip]
 mod compiled;
 
-use super::interpret::NEVER_READ;
-use super::{profile, Elementwise, Graph, Primitive, VarId};
 use crate::error::{Error, Result};
+use crate::graph::{profile, Elementwise, Graph, Primitive, VarId, NEVER_READ};
 use crate::kernels::broadcast::concat_rows_into;
 use crate::kernels::reduce::sum_all;
 use crate::kernels::sgemm;
@@ -835,7 +834,10 @@ impl Plan {
                 t.ok_or_else(|| {
                     Error::invalid(
                         "graph evaluation",
-                        format!("output variable {} is never defined", super::var_name(v)),
+                        format!(
+                            "output variable {} is never defined",
+                            crate::graph::var_name(v)
+                        ),
                     )
                 })
             })
@@ -1323,7 +1325,7 @@ fn undefined(p: &dyn Primitive, v: VarId) -> Error {
         p.name(),
         format!(
             "operand {} is read before it is defined (the graph is not in SSA order)",
-            super::var_name(v)
+            crate::graph::var_name(v)
         ),
     )
 }
@@ -1791,7 +1793,7 @@ fn operand<'a, T: PoolFloat>(
             "fused element-wise loop",
             format!(
                 "operand {} is {got}, but the graph says {}",
-                super::var_name(v),
+                crate::graph::var_name(v),
                 g.avals[v]
             ),
         )

@@ -25,9 +25,9 @@
 //! vocabulary asks for (JAX's custom-derivative module imports its batching
 //! and AD interpreters the same way).
 
-use super::{bcast_to_batch, check_arity};
 use crate::error::{Error, Result};
 use crate::graph::{self, bind, Graph, Primitive};
+use crate::ops::{bcast_to_batch, check_arity};
 use crate::tensor::{Aval, Tensor};
 use std::any::Any;
 use std::fmt;
@@ -45,7 +45,7 @@ pub type PrimalFn = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
 /// A function with a user-supplied JVP rule.
 ///
 /// ```
-/// use braintrace_core::{grad, jvp, make_graph, ops::CustomJvp, Aval, DType, Tensor};
+/// use braintrace_core::{grad, jvp, make_graph, transform::CustomJvp, Aval, DType, Tensor};
 /// // x² whose derivative is declared to be 3x (deliberately not 2x).
 /// let f = CustomJvp::new(
 ///     "square3",
@@ -280,14 +280,14 @@ impl Primitive for CustomJvpCall {
         // The rule cannot see captured values: when one of them is mapped,
         // run the call example by example (each example's call is unbatched).
         if batched[n..].iter().any(|&b| b) || !batched[..n].iter().any(|&b| b) {
-            return super::batch_by_loop(self, args, batched, size);
+            return crate::ops::batch_by_loop(self, args, batched, size);
         }
         let in_avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
         let inner = self.graph.clone();
         let flags = batched.to_vec();
         let g = graph::trace(
             |xs: &[Tensor]| {
-                let (outs, obs) = crate::transform::vmap_graph(&inner, xs, &flags, size)?;
+                let (outs, obs) = super::vmap_graph(&inner, xs, &flags, size)?;
                 outs.iter()
                     .zip(obs)
                     .map(|(o, b)| bcast_to_batch(o, b, size))
@@ -317,7 +317,7 @@ impl Primitive for CustomJvpCall {
                 Ok(o.into_iter().chain(t).collect())
             };
             let all: Vec<Tensor> = p.iter().chain(t).cloned().collect();
-            let mut outs = crate::transform::vmap(flat, in_axes)(&all)?;
+            let mut outs = super::vmap(flat, in_axes)(&all)?;
             let touts = outs.split_off(outs.len() / 2);
             Ok((outs, touts))
         };
