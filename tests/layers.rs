@@ -172,3 +172,36 @@ fn the_scanner_finds_paths_and_skips_tests_and_comments() {
         .collect();
     assert_eq!(names, ["tensor", "learn", "ops", "etp"]);
 }
+
+/// Where `unsafe` may appear: the numeric kernels and the executor's
+/// buffer views (ARCHITECTURE.md), each block documented (clippy's
+/// `undocumented_unsafe_blocks`, denied in lib.rs).
+fn unsafe_allowed(rel: &Path) -> bool {
+    rel.starts_with("kernels") || rel == Path::new("exec/buffer.rs")
+}
+
+#[test]
+fn unsafe_code_stays_in_kernels_and_the_executor_buffers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("braintrace-core/src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        if unsafe_allowed(rel) {
+            continue;
+        }
+        let text = fs::read_to_string(file).expect("reading a source file");
+        for (line, code) in code_lines(&text) {
+            let words = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            if words.into_iter().any(|w| w == "unsafe") {
+                found.push(format!("{}:{line}: {}", rel.display(), code.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unsafe outside kernels/ and exec/buffer.rs:\n{}",
+        found.join("\n")
+    );
+}

@@ -3,6 +3,10 @@
 //! Users normally depend on the `braintrace` facade instead.
 
 #![warn(missing_docs)]
+// unsafe code lives in `kernels/` and the executor's buffers only (see
+// tests/layers.rs), each block with a `// SAFETY:` comment saying why it holds.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod error;
 pub mod etp;

@@ -55,6 +55,7 @@
 //! (and anything the plan does not cover) goes through the interpreter.
 
 mod aot;
+mod buffer;
 // Generated (see `aot`): compared as text by a test, so not reformatted.
 #[rustfmt::skip]
 mod compiled;
@@ -76,6 +77,7 @@ use crate::tensor::{
     copy_blocks, row_major as row_major_of, same_shape, standard_layout, ArrayData, ArrayElement,
     Aval, DType, Repr, Tensor,
 };
+use buffer::{contiguous, contiguous_mut};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
@@ -383,20 +385,6 @@ fn take<T: PoolFloat>(
     let v = vec![T::zero(); n + ALIGN_SLACK];
     let at = aligned_start(&v, n);
     Buf::Fresh { v, at, n }
-}
-
-/// The elements of a unique concrete `t` of element type `T`, in memory
-/// order, when they are contiguous (`None` otherwise: the tensor is shared,
-/// symbolic, of another type or strided).
-fn contiguous_mut<T: PoolFloat>(t: &mut Tensor) -> Option<&mut [T]> {
-    let a = unique_array_mut::<T>(t)?;
-    if order_of(a).is_none() && a.len() > 1 {
-        return None;
-    }
-    // SAFETY: as in [`contiguous`]: in either order (positive strides) the
-    // `a.len()` elements are the ones from `a.as_ptr()` on, each once; the
-    // borrow of `t`, unique (`get_mut`), covers them.
-    Some(unsafe { std::slice::from_raw_parts_mut(a.as_mut_ptr(), a.len()) })
 }
 
 /// The array of a unique concrete `t` of element type `T`.
@@ -1764,20 +1752,6 @@ fn fits_order<T>(a: &ArrayD<T>, axes: &mut dyn Iterator<Item = usize>) -> bool {
         step *= shape[i];
     }
     true
-}
-
-/// `a`'s elements in memory order when they are contiguous (`a` in either
-/// order, or at most one element).
-fn contiguous<T>(a: &ArrayD<T>, own: Option<Order>) -> Option<&[T]> {
-    if own.is_some() || a.len() <= 1 {
-        // SAFETY: with a fresh array's strides in either order (all
-        // positive) the `a.len()` elements are the ones from `a.as_ptr()`
-        // on, each once; one element (or none) is contiguous whatever its
-        // strides. They live as long as the borrow of `a`.
-        Some(unsafe { std::slice::from_raw_parts(a.as_ptr(), a.len()) })
-    } else {
-        None
-    }
 }
 
 /// The array behind `v`, checked against what the plan expects (an error,

@@ -26,10 +26,6 @@ pub fn advise_huge<T>(buf: &mut [T]) -> bool {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
-        const MADV_HUGEPAGE: i32 = 14;
-        extern "C" {
-            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
-        }
         let start = buf.as_mut_ptr() as usize;
         let first = start.next_multiple_of(PAGE);
         let end = (start + bytes) / PAGE * PAGE;
@@ -39,7 +35,7 @@ pub fn advise_huge<T>(buf: &mut [T]) -> bool {
         // SAFETY: `[first, end)` is whole pages inside `buf`, which this
         // process owns and the borrow keeps alive; `MADV_HUGEPAGE` only
         // changes how the kernel backs the range, never its contents.
-        unsafe { madvise(first as *mut std::ffi::c_void, end - first, MADV_HUGEPAGE) == 0 }
+        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {
