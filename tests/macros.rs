@@ -4,11 +4,15 @@
 //! another module, several trainables, a gradient-enabled identity, a
 //! batched counterpart, the optional rule overrides, and duplicate names.
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 use braintrace::etp::{
     all_primitives, registration_errors, ETP_RULES_INSTANT_DRTRL, ETP_RULES_SOLVE_DRTRL,
 };
 use braintrace::prelude::*;
 use braintrace_macros::solve_drtrl;
+use fixtures::det as det_scaled;
 use std::sync::Arc;
 
 // ------------------------------------------------------------ the seed's op
@@ -336,19 +340,7 @@ zero_rules!(default_mixed);
 
 /// Deterministic values in [-1, 1).
 fn det(shape: &[usize], seed: u64) -> Tensor {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let n: usize = shape.iter().product();
-    let data = (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect();
-    Tensor::from_vec(data, shape).unwrap()
+    det_scaled(shape, seed, 1.0)
 }
 
 fn ones(shape: &[usize]) -> Tensor {

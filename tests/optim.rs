@@ -2,23 +2,14 @@
 //! parameters, against the textbook updates written out element by element
 //! in the test (plain `f64` loops, no library code).
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 use braintrace::learn::{ModelState, TensorDict};
 use braintrace::nn::optim::{clip_grad_norm, Adam, Optimizer, Sgd};
 use braintrace::nn::Linear;
 use braintrace::{DType, Tensor};
-
-/// Deterministic values in `[-scale, scale)` (a 64-bit LCG).
-fn det_vec(n: usize, seed: u64, scale: f64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
+use fixtures::det_vec;
 
 fn dict(entries: &[(&str, Vec<f64>, &[usize])]) -> TensorDict {
     entries

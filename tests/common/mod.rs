@@ -8,6 +8,10 @@
 
 #![allow(dead_code)]
 
+mod fixtures;
+#[allow(unused_imports)]
+pub use fixtures::*;
+
 use braintrace::{jvp, vjp, vmap, ArrayData, DType, Result, Tensor};
 use ndarray::{ArrayD, Axis};
 
