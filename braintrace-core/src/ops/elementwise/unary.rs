@@ -1,0 +1,298 @@
+//! Unary math ops (`neg`, `exp`, `tanh`, ...): their kernels, block loops and rules.
+
+#[allow(unused_imports)]
+use super::*;
+
+// ---------------------------------------------------------------- unary
+
+/// Unary element-wise functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// `tanh x`
+    Tanh,
+    /// logistic sigmoid
+    Sigmoid,
+    /// `max(x, 0)`
+    Relu,
+    /// square root
+    Sqrt,
+    /// absolute value
+    Abs,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
+    /// `x*x`
+    Square,
+    /// `1/x`
+    Reciprocal,
+    /// `log(1 + e^x)`
+    Softplus,
+    /// Heaviside step `1[x > 0]` as a float (zero derivative); also the derivative of relu.
+    Step,
+    /// sign of x (zero derivative)
+    Sign,
+    /// arctangent
+    Atan,
+}
+
+impl UnaryOp {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "logistic",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Square => "square",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Softplus => "softplus",
+            UnaryOp::Step => "step",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Atan => "atan",
+        }
+    }
+    #[inline(always)]
+    pub(crate) fn apply<T: Float>(self, x: T) -> T {
+        let one = T::one();
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => {
+                // One exp of -|x| (never overflows) for both signs: the
+                // same values as exp(-x) for x >= 0 and exp(x) below, but
+                // a loop the compiler if-converts no longer calls exp twice
+                // per element.
+                let e = (-x.abs()).exp();
+                if x >= T::zero() {
+                    one / (one + e)
+                } else {
+                    e / (one + e)
+                }
+            }
+            UnaryOp::Relu => x.max(T::zero()),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Reciprocal => one / x,
+            UnaryOp::Softplus => {
+                // log(1+e^x) = max(x,0) + log1p(e^-|x|), stable for large |x|.
+                x.max(T::zero()) + (-x.abs()).exp().ln_1p()
+            }
+            UnaryOp::Step => {
+                if x > T::zero() {
+                    one
+                } else {
+                    T::zero()
+                }
+            }
+            UnaryOp::Atan => x.atan(),
+            UnaryOp::Sign => {
+                if x > T::zero() {
+                    one
+                } else if x < T::zero() {
+                    -one
+                } else {
+                    T::zero()
+                }
+            }
+        }
+    }
+}
+
+/// `op` over every element. The op is matched once, outside the loop, so
+/// each arm's loop is specialised (and vectorised where it can be): one
+/// loop over the data's memory (see `map_elements`).
+fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
+    macro_rules! arms {
+        ($($v:ident),*) => {
+            match op {
+                $(UnaryOp::$v => map_elements(a, |x| UnaryOp::$v.apply(x)),)*
+            }
+        };
+    }
+    arms!(
+        Neg, Exp, Log, Tanh, Sigmoid, Relu, Sqrt, Abs, Sin, Cos, Square, Reciprocal, Softplus,
+        Step, Sign, Atan
+    )
+}
+
+/// f32 uses the vectorisable `exp`/`sigmoid`/`tanh` of
+/// [`crate::kernels::fastmath`] (a few ulp), through [`unary_block_f32`]
+/// (compiled with FMA where the CPU has it); everything else as
+/// [`map_unary`].
+fn map_unary_f32(op: UnaryOp, a: &ArrayD<f32>) -> ArrayD<f32> {
+    match op {
+        UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh => {
+            let a = crate::tensor::standard_layout(a);
+            let src = crate::tensor::row_major(&a);
+            let mut out = vec![0f32; src.len()];
+            unary_block_f32(op, src, &mut out);
+            ArrayD::from_shape_vec(a.raw_dim(), out).expect("same number of elements")
+        }
+        _ => map_unary(op, a),
+    }
+}
+
+avx2_dispatch!(avx512:
+    /// `op` over one block (the fused executor's kernel); the same element
+    /// functions as [`map_unary`].
+    pub(crate) fn unary_block<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) => unary_loop
+);
+
+#[inline(always)]
+pub(super) fn unary_loop<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => {
+            match op {
+                $(UnaryOp::$v => {
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = UnaryOp::$v.apply(x);
+                    }
+                })*
+            }
+        };
+    }
+    arms!(
+        Neg, Exp, Log, Tanh, Sigmoid, Relu, Sqrt, Abs, Sin, Cos, Square, Reciprocal, Softplus,
+        Step, Sign, Atan
+    )
+}
+
+avx2_dispatch!(avx512:
+    /// `op` over one f32 block, as [`map_unary_f32`].
+    pub(crate) fn unary_block_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) => unary_loop_f32
+);
+
+#[inline(always)]
+pub(super) fn unary_loop_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) {
+    use crate::kernels::fastmath::{exp_f32, sigmoid_f32, tanh_f32};
+    // One loop per function (not a function pointer): each is inlined and
+    // vectorised.
+    macro_rules! run {
+        ($f:expr) => {
+            for (o, &x) in out.iter_mut().zip(a) {
+                *o = $f(x);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Exp => run!(exp_f32),
+        UnaryOp::Sigmoid => run!(sigmoid_f32),
+        UnaryOp::Tanh => run!(tanh_f32),
+        _ => unary_loop(op, a, out),
+    }
+}
+
+/// A unary element-wise op.
+#[derive(Clone, Debug)]
+pub struct Unary(pub UnaryOp);
+
+impl Elementwise for Unary {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        unary_block_f32(self.0, ins[0], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        unary_block(self.0, ins[0], out)
+    }
+}
+
+impl Primitive for Unary {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        crate::ops::check_arity(&self.name(), inputs, 1)?;
+        float_aval(&self.name(), &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        crate::ops::check_arity(&self.name(), inputs, 1)?;
+        let op = self.0;
+        let d = match inputs[0].data_for(op.name())? {
+            ArrayData::F32(a) => ArrayData::F32(map_unary_f32(op, a)),
+            other => map_float!(other, op.name(), |a| map_unary(op, a))?,
+        };
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        let x = &p[0];
+        let y = unary(self.0, x)?;
+        let Some(t) = &t[0] else {
+            return Ok((vec![y], vec![None]));
+        };
+        let dt = match self.0 {
+            UnaryOp::Neg => t.neg()?,
+            UnaryOp::Exp => t.mul(&y)?,
+            UnaryOp::Log => t.div(x)?,
+            UnaryOp::Tanh => t.mul(&y.square()?.rsub_scalar(1.0)?)?,
+            UnaryOp::Sigmoid => t.mul(&y.mul(&y.rsub_scalar(1.0)?)?)?,
+            UnaryOp::Relu => t.mul(&x.step()?)?,
+            UnaryOp::Sqrt => t.div(&y)?.mul_scalar(0.5)?,
+            UnaryOp::Abs => t.mul(&x.sign()?)?,
+            UnaryOp::Sin => t.mul(&x.cos()?)?,
+            UnaryOp::Cos => t.mul(&x.sin()?)?.neg()?,
+            UnaryOp::Square => t.mul(x)?.mul_scalar(2.0)?,
+            UnaryOp::Reciprocal => t.mul(&y.square()?)?.neg()?,
+            UnaryOp::Atan => t.div(&x.square()?.add_scalar(1.0)?)?,
+            UnaryOp::Softplus => t.mul(&x.sigmoid()?)?,
+            UnaryOp::Step | UnaryOp::Sign => return Ok((vec![y], vec![None])),
+        };
+        Ok((vec![y], vec![Some(dt)]))
+    }
+    fn transpose(
+        &self,
+        cts: &[Option<Tensor>],
+        _args: &[LinearArg],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match self.0 {
+            UnaryOp::Neg => Ok(vec![cts[0].as_ref().map(Tensor::neg).transpose()?]),
+            _ => Err(Error::MissingRule {
+                primitive: self.name(),
+                rule: "transpose".into(),
+                detail: " (not linear)".into(),
+            }),
+        }
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((vec![unary(self.0, &args[0])?], vec![batched[0]]))
+    }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Apply a unary op.
+pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    bind1(Arc::new(Unary(op)), std::slice::from_ref(x))
+}
