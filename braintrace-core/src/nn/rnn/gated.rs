@@ -72,9 +72,10 @@ impl Model for LstmCell {
         for l in [&self.wi, &self.wg, &self.wf, &self.wo] {
             l.init(init)?;
         }
-        // braintrace declares `c` before `h`.
-        init.hidden(&self.cell_path(), &[self.n_rec])?;
-        init.hidden(&self.hidden_path(), &[self.n_rec])
+        // `h` first: the hidden group lists its states in declaration
+        // order, and braintrace's group of this cell is `[h, c]`.
+        init.hidden(&self.hidden_path(), &[self.n_rec])?;
+        init.hidden(&self.cell_path(), &[self.n_rec])
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
@@ -177,8 +178,9 @@ impl Model for UrLstmCell {
             .collect();
         let b = Tensor::from_vec(b, &[self.n_rec])?.cast(init.dtype())?;
         init.param(&self.bias_key(), None, b)?;
-        init.hidden(&self.cell_path(), &[self.n_rec])?;
-        init.hidden(&self.hidden_path(), &[self.n_rec])
+        // `h` first, as braintrace's hidden group `[h, c]`.
+        init.hidden(&self.hidden_path(), &[self.n_rec])?;
+        init.hidden(&self.cell_path(), &[self.n_rec])
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
@@ -188,9 +190,11 @@ impl Model for UrLstmCell {
         let r = self.wr.step(ctx, &xh)?;
         let u = self.wu.step(ctx, &xh)?;
         let o = self.wo.step(ctx, &xh)?;
-        let b = element_wise(&ctx.param(&self.bias_key())?, None)?;
-        let f_ = b.add(&f)?.sigmoid()?;
-        let r_ = b.add(&r.neg()?)?.neg()?.sigmoid()?;
+        // braintrace reads the bias through two `etp_elemwise` equations (one
+        // per gate), so its compiler reports two relations; so does ours.
+        let bias = || element_wise(&ctx.param(&self.bias_key())?, None);
+        let f_ = bias()?.add(&f)?.sigmoid()?;
+        let r_ = bias()?.add(&r.neg()?)?.neg()?.sigmoid()?;
         // g = 2 r̂ f̂ + (1 − 2 r̂) f̂²
         let two_r = r_.mul_scalar(2.0)?;
         let g = two_r.mul(&f_)?.add(&two_r.rsub_scalar(1.0)?.mul(&f_.square()?)?)?;
