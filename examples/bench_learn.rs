@@ -630,7 +630,8 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     // Warm-up: a few steps, which also estimate the time per step (from the
     // CPU time when available: wall time on a loaded machine overestimates).
     let warm = cfg.t.clamp(1, 3);
-    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7, zoo::uses_ce(&cfg.model))?;
+    let ce = zoo::uses_ce(&cfg.model);
+    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7, ce)?;
     let est = first.cpu.unwrap_or(first.wall) / warm as f64;
     let mut steps = cfg.t;
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
@@ -646,7 +647,7 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let mut spent = 0.0;
     while wall.len() < runs.max(1) && (wall.is_empty() || spent < budget_s) {
         let seed = 11 + 1_000_000 * wall.len() as u64;
-        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed, zoo::uses_ce(&cfg.model))?;
+        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed, ce)?;
         wall.push(tm.wall / steps as f64);
         if let Some(c) = tm.cpu {
             cpu.push(c / steps as f64);
@@ -700,7 +701,8 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
     use braintrace::graph::profile;
     profile::reset();
     profile::set_enabled(true);
-    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99, zoo::uses_ce(&cfg.model));
+    let ce = zoo::uses_ce(&cfg.model);
+    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99, ce);
     profile::set_enabled(false);
     let tm = tm?;
     let mut rows = profile::report();
@@ -766,7 +768,7 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         )?,
         "lora" => measure(LeakyNet::lora(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
-        z if zoo::is_zoo(z) => measure(zoo::ZooNet::new(z, N_IN, cfg.n_rec, N_OUT)?, cfg, budget_s, runs)?,
+        z if zoo::is_zoo(z) => measure(zoo::net(z, N_IN, cfg.n_rec, N_OUT)?, cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = match &m.floor {

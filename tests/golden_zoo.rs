@@ -37,7 +37,11 @@ fn golden_zoo_cases() {
         };
         println!(
             "{name}: {}",
-            if fails.is_empty() { "ok".into() } else { format!("{} failure(s)", fails.len()) }
+            if fails.is_empty() {
+                "ok".into()
+            } else {
+                format!("{} failure(s)", fails.len())
+            }
         );
         failures.extend(fails);
     }

@@ -5,11 +5,11 @@
 
 use braintrace::learn::{Init, Model, StepCtx};
 use braintrace::nn::loss::softmax_cross_entropy_with_integer_labels;
+use braintrace::nn::Linear;
 use braintrace::nn::{
     CfnCell, LruCell, LstmCell, MguCell, MiniGru, MiniLstm, MinimalRnnCell, UrLstmCell,
     VanillaRnnCell,
 };
-use braintrace::nn::Linear;
 use braintrace::{DType, Result, Tensor};
 
 /// The cells `--model` takes (each also as `<cell>_ce`).
@@ -48,6 +48,11 @@ pub fn ce_sequences(
         Tensor::from_vec(xs, &[t, batch, n_in])?.cast(DType::F32)?,
         Tensor::from_vec(ys, &[t, batch])?.cast(DType::F32)?,
     ))
+}
+
+/// The net `model` names (`<cell>` or `<cell>_ce`).
+pub fn net(model: &str, n_in: usize, n_rec: usize, n_out: usize) -> Result<ZooNet> {
+    ZooNet::new(model, n_in, n_rec, n_out)
 }
 
 /// One of the cells.

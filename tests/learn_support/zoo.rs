@@ -4,11 +4,11 @@
 
 use super::e2e::check_model;
 use braintrace::learn::Algorithm;
+use braintrace::nn::Linear;
 use braintrace::nn::{
     CfnCell, Chain, LruCell, LstmCell, MguCell, MiniGru, MiniLstm, MinimalRnnCell, UrLstmCell,
     VanillaRnnCell,
 };
-use braintrace::nn::Linear;
 use serde_json::{Map, Value};
 
 /// The cells of the zoo cases (the `<cell>` of `zoo_<cell>`).

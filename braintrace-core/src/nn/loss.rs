@@ -140,7 +140,11 @@ pub fn argmax(x: &Tensor) -> Result<Vec<usize>> {
     let ax = last_axis("argmax", x)?;
     let c = x.shape()[ax];
     if c == 0 {
-        return Err(Error::shapes("argmax", [x.shape()], "no entries on the last axis"));
+        return Err(Error::shapes(
+            "argmax",
+            [x.shape()],
+            "no entries on the last axis",
+        ));
     }
     let v = x.to_vec_f64()?;
     Ok(v.chunks(c)
@@ -264,7 +268,10 @@ mod tests {
             })
             .sum::<f64>()
             / 12.0;
-        let got = sigmoid_binary_cross_entropy(&x, &t).unwrap().item().unwrap();
+        let got = sigmoid_binary_cross_entropy(&x, &t)
+            .unwrap()
+            .item()
+            .unwrap();
         assert!((got - want).abs() < 1e-13, "{got} vs {want}");
 
         let y = draw(&[3, 4], 4, 1.0);
@@ -289,7 +296,10 @@ mod tests {
         let want = 1.0 + (1.0 + (-1.0f64).exp()).ln();
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
         let t = Tensor::from_vec(vec![0.0, 1.0, 1.0], &[1, 3]).unwrap();
-        let b = sigmoid_binary_cross_entropy(&x, &t).unwrap().item().unwrap();
+        let b = sigmoid_binary_cross_entropy(&x, &t)
+            .unwrap()
+            .item()
+            .unwrap();
         // Per element: 1000 (x = 1000, t = 0), 0, 1000 (x = −1000, t = 1).
         assert!((b - 2000.0 / 3.0).abs() < 1e-9, "{b}");
     }
@@ -327,7 +337,10 @@ mod tests {
             &Tensor::from_vec(vec![0.0, 3.0], &[2]).unwrap(),
         )
         .unwrap_err();
-        assert!(matches!(&e, Error::Invalid { op, .. } if op.contains("integer_labels")), "{e}");
+        assert!(
+            matches!(&e, Error::Invalid { op, .. } if op.contains("integer_labels")),
+            "{e}"
+        );
         let e = softmax_cross_entropy_with_integer_labels(
             &x,
             &Tensor::from_vec(vec![0.0, 1.0, 2.0], &[3]).unwrap(),

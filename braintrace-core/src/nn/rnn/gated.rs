@@ -197,7 +197,9 @@ impl Model for UrLstmCell {
         let r_ = bias()?.add(&r.neg()?)?.neg()?.sigmoid()?;
         // g = 2 r̂ f̂ + (1 − 2 r̂) f̂²
         let two_r = r_.mul_scalar(2.0)?;
-        let g = two_r.mul(&f_)?.add(&two_r.rsub_scalar(1.0)?.mul(&f_.square()?)?)?;
+        let g = two_r
+            .mul(&f_)?
+            .add(&two_r.rsub_scalar(1.0)?.mul(&f_.square()?)?)?;
         let c_new = g
             .mul(&c)?
             .add(&g.rsub_scalar(1.0)?.mul(&self.activation.apply(&u)?)?)?;

@@ -61,7 +61,9 @@ impl CellActivation {
             other => {
                 return Err(Error::invalid(
                     "CellActivation::by_name",
-                    format!("unknown activation `{other}` (tanh, relu, sigmoid, softplus, identity)"),
+                    format!(
+                        "unknown activation `{other}` (tanh, relu, sigmoid, softplus, identity)"
+                    ),
                 ))
             }
         })
@@ -118,9 +120,13 @@ mod tests {
     fn zero_sizes_are_refused_naming_the_cell() {
         type Ctor = fn(&str, usize, usize) -> Result<()>;
         let ctors: [(&str, Ctor); 9] = [
-            ("VanillaRnnCell", |p, a, b| VanillaRnnCell::new(p, a, b).map(drop)),
+            ("VanillaRnnCell", |p, a, b| {
+                VanillaRnnCell::new(p, a, b).map(drop)
+            }),
             ("MguCell", |p, a, b| MguCell::new(p, a, b).map(drop)),
-            ("MinimalRnnCell", |p, a, b| MinimalRnnCell::new(p, a, b).map(drop)),
+            ("MinimalRnnCell", |p, a, b| {
+                MinimalRnnCell::new(p, a, b).map(drop)
+            }),
             ("CfnCell", |p, a, b| CfnCell::new(p, a, b).map(drop)),
             ("LstmCell", |p, a, b| LstmCell::new(p, a, b).map(drop)),
             ("UrLstmCell", |p, a, b| UrLstmCell::new(p, a, b).map(drop)),
@@ -131,15 +137,26 @@ mod tests {
         for (name, ctor) in ctors {
             ctor("rnn", 3, 4).unwrap();
             let m = invalid_op(ctor("rnn", 0, 4).unwrap_err());
-            assert!(m.starts_with(&format!("{name}::new")) && m.contains("= 0"), "{m}");
+            assert!(
+                m.starts_with(&format!("{name}::new")) && m.contains("= 0"),
+                "{m}"
+            );
             let m = invalid_op(ctor("rnn", 3, 0).unwrap_err());
-            assert!(m.starts_with(&format!("{name}::new")) && m.contains("= 0"), "{m}");
+            assert!(
+                m.starts_with(&format!("{name}::new")) && m.contains("= 0"),
+                "{m}"
+            );
         }
     }
 
     #[test]
     fn lru_ring_and_phase_are_checked() {
-        for (lo, hi, ph) in [(0.5, 0.4, 1.0), (-0.1, 0.9, 1.0), (0.0, 1.5, 1.0), (0.0, 1.0, 0.0)] {
+        for (lo, hi, ph) in [
+            (0.5, 0.4, 1.0),
+            (-0.1, 0.9, 1.0),
+            (0.0, 1.5, 1.0),
+            (0.0, 1.0, 0.0),
+        ] {
             let m = invalid_op(LruCell::with_ring("lru", 2, 3, lo, hi, ph).unwrap_err());
             assert!(m.starts_with("LruCell::new"), "{m}");
         }
@@ -161,7 +178,10 @@ mod tests {
             let keys: Vec<String> = st.param_infos().iter().map(|p| p.key.clone()).collect();
             assert_eq!(keys, ["rnn/W/weight/weight", "rnn/W/weight/bias"]);
             let mut p = TensorDict::new();
-            p.insert(keys[0].clone(), Tensor::from_vec(w.clone(), &[5, 2]).unwrap());
+            p.insert(
+                keys[0].clone(),
+                Tensor::from_vec(w.clone(), &[5, 2]).unwrap(),
+            );
             p.insert(keys[1].clone(), Tensor::from_vec(b.to_vec(), &[2]).unwrap());
             st.set_params(&p).unwrap();
             let xs = Tensor::from_vec(x.to_vec(), &[1, 1, 3]).unwrap();
@@ -198,7 +218,10 @@ mod tests {
         LstmCell::new("c", 2, 3).unwrap().init_check().unwrap();
         UrLstmCell::new("c", 2, 3).unwrap().init_check().unwrap();
         LruCell::new("c", 2, 3).unwrap().init_check().unwrap();
-        MinimalRnnCell::new("c", 2, 3).unwrap().init_check().unwrap();
+        MinimalRnnCell::new("c", 2, 3)
+            .unwrap()
+            .init_check()
+            .unwrap();
         CfnCell::new("c", 2, 3).unwrap().init_check().unwrap();
         MiniGru::new("c", 2, 3).unwrap().init_check().unwrap();
         MiniLstm::new("c", 2, 3).unwrap().init_check().unwrap();

@@ -33,7 +33,13 @@ impl VanillaRnnCell {
         check_sizes("VanillaRnnCell", &[("n_in", n_in), ("n_rec", n_rec)])?;
         Ok(VanillaRnnCell {
             path: path.to_string(),
-            w: sub_linear(path, "W", n_in + n_rec, n_rec, xavier_normal(n_in + n_rec, n_rec)),
+            w: sub_linear(
+                path,
+                "W",
+                n_in + n_rec,
+                n_rec,
+                xavier_normal(n_in + n_rec, n_rec),
+            ),
             activation: CellActivation::Relu,
             n_rec,
         })
@@ -56,7 +62,9 @@ impl Model for VanillaRnnCell {
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
-        let h_new = self.activation.apply(&self.w.step(ctx, &cat_last(x, &h)?)?)?;
+        let h_new = self
+            .activation
+            .apply(&self.w.step(ctx, &cat_last(x, &h)?)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
     }
