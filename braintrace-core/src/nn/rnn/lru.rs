@@ -10,6 +10,10 @@ use crate::nn::layers::Linear;
 use crate::prims::element_wise;
 use crate::tensor::Tensor;
 
+/// braintrace's default largest phase: its literal `6.28`, not `2π`.
+#[allow(clippy::approx_constant)]
+const MAX_PHASE: f64 = 6.28;
+
 /// braintrace's `LRUCell(d_model, d_hidden, r_min, r_max, max_phase)`.
 ///
 /// Trainables: the per-unit `<path>/nu_log`, `<path>/theta_log`,
@@ -55,7 +59,7 @@ impl LruCell {
     /// A unit with braintrace's defaults `r_min = 0`, `r_max = 1`,
     /// `max_phase = 6.28`.
     pub fn new(path: &str, d_model: usize, d_hidden: usize) -> Result<Self> {
-        Self::with_ring(path, d_model, d_hidden, 0.0, 1.0, 6.28)
+        Self::with_ring(path, d_model, d_hidden, 0.0, 1.0, MAX_PHASE)
     }
     /// A unit whose eigenvalues are drawn on the ring `r_min ≤ |λ| ≤ r_max`
     /// (`0 ≤ r_min < r_max ≤ 1`) with phases in `[0, max_phase)`

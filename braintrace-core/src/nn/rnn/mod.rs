@@ -160,7 +160,7 @@ mod tests {
             let m = invalid_op(LruCell::with_ring("lru", 2, 3, lo, hi, ph).unwrap_err());
             assert!(m.starts_with("LruCell::new"), "{m}");
         }
-        assert!(LruCell::with_ring("lru", 2, 3, 0.4, 0.9, 3.14).is_ok());
+        assert!(LruCell::with_ring("lru", 2, 3, 0.4, 0.9, 3.0).is_ok());
         assert!(invalid_op(CellActivation::by_name("gelu").unwrap_err()).contains("gelu"));
     }
 
