@@ -54,6 +54,11 @@
 //! 16, kernel 3, SAME), for the fused kernels of those primitives; they
 //! are not in the default grid.
 //!
+//! `--model` also takes braintrace's recurrent cells with a `Linear`
+//! readout (`vanilla`, `mgu`, `minimal`, `cfn`, `lstm`, `urlstm`,
+//! `minigru`, `minilstm`, `lru`; `examples/zoo`), each also as `<cell>_ce`:
+//! softmax cross-entropy on integer labels instead of the MSE.
+//!
 //! The models are the golden `gru` and `lif` nets (golden README §6.1),
 //! copied from `tests/learn_support/models.rs`; the LIF uses the golden
 //! hyperparameters (β = 0.8, γ = 0.6, v_th = 1, readout decay e^{-1/5}).
@@ -62,6 +67,7 @@
 //! T 5).
 
 mod floor;
+mod zoo;
 
 use braintrace::etp::ElemFn;
 use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
@@ -378,8 +384,11 @@ fn parse_args() -> std::result::Result<Args, String> {
         }
     }
     for m in &a.models {
-        if !MODELS.contains(&m.as_str()) {
-            return Err(format!("--model: `{m}` is not one of {MODELS:?}"));
+        if !MODELS.contains(&m.as_str()) && !zoo::is_zoo(m) {
+            return Err(format!(
+                "--model: `{m}` is not one of {MODELS:?} nor a cell of {:?} (`_ce`: cross-entropy)",
+                zoo::CELLS
+            ));
         }
     }
     for al in &a.algos {
@@ -567,6 +576,7 @@ fn run_grad<M: Model>(
     chunk: usize,
     batch: usize,
     seed: u64,
+    ce: bool,
 ) -> Result<Timing> {
     let chunk = if chunk == 0 { t } else { chunk.min(t) };
     let mut acc = Timing {
@@ -576,9 +586,17 @@ fn run_grad<M: Model>(
     let mut done = 0;
     while done < t {
         let n = chunk.min(t - done);
-        let (xs, ys) = sequences(n, batch, seed + done as u64)?;
+        let (xs, ys) = if ce {
+            zoo::ce_sequences(n, batch, N_IN, N_OUT, seed + done as u64)?
+        } else {
+            sequences(n, batch, seed + done as u64)?
+        };
         let (c0, t0) = (process_cpu_s(), Instant::now());
-        let out = learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?;
+        let out = if ce {
+            learner.etrace_grad(&xs, &ys, zoo::ce_loss, Reduction::Mean)?
+        } else {
+            learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?
+        };
         acc.wall += t0.elapsed().as_secs_f64();
         acc.cpu = match (acc.cpu, c0, process_cpu_s()) {
             (Some(a), Some(c0), Some(c1)) => Some(a + (c1 - c0)),
@@ -612,7 +630,8 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     // Warm-up: a few steps, which also estimate the time per step (from the
     // CPU time when available: wall time on a loaded machine overestimates).
     let warm = cfg.t.clamp(1, 3);
-    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7)?;
+    let ce = zoo::uses_ce(&cfg.model);
+    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7, ce)?;
     let est = first.cpu.unwrap_or(first.wall) / warm as f64;
     let mut steps = cfg.t;
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
@@ -628,7 +647,7 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let mut spent = 0.0;
     while wall.len() < runs.max(1) && (wall.is_empty() || spent < budget_s) {
         let seed = 11 + 1_000_000 * wall.len() as u64;
-        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed)?;
+        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed, ce)?;
         wall.push(tm.wall / steps as f64);
         if let Some(c) = tm.cpu {
             cpu.push(c / steps as f64);
@@ -682,7 +701,8 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
     use braintrace::graph::profile;
     profile::reset();
     profile::set_enabled(true);
-    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99);
+    let ce = zoo::uses_ce(&cfg.model);
+    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99, ce);
     profile::set_enabled(false);
     let tm = tm?;
     let mut rows = profile::report();
@@ -748,6 +768,7 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         )?,
         "lora" => measure(LeakyNet::lora(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        z if zoo::is_zoo(z) => measure(zoo::net(z, N_IN, cfg.n_rec, N_OUT)?, cfg, budget_s, runs)?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = match &m.floor {

@@ -56,4 +56,6 @@ mod book {
     mod custom_derivatives {}
     #[doc = include_str!("../book/src/training.md")]
     mod training {}
+    #[doc = include_str!("../book/src/layers.md")]
+    mod layers {}
 }

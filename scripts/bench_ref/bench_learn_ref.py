@@ -69,6 +69,16 @@ SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_t
 QUICK = os.environ.get("BENCH_QUICK") is not None
 
 
+# bench_learn's cell zoo (examples/zoo): braintrace.nn's cell `rnn` and a
+# Linear readout `out`; `<cell>_ce` trains with softmax cross-entropy on
+# integer labels instead of the MSE.
+ZOO_CELLS = {
+    "vanilla": "ValinaRNNCell", "mgu": "MGUCell", "minimal": "MinimalRNNCell",
+    "cfn": "CFNCell", "lstm": "LSTMCell", "urlstm": "URLSTMCell", "minigru": "MiniGRU",
+    "minilstm": "MiniLSTM", "lru": "LRUCell",
+}
+
+
 def csv(kind):
     def parse(s):
         return [kind(v.strip()) for v in s.split(",")]
@@ -90,8 +100,9 @@ def parse_args(argv=None):
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     for m in a.model:
-        if m not in ("gru", "lif"):
-            p.error(f"--model: {m!r} is not gru or lif")
+        if m not in ("gru", "lif") and m.removesuffix("_ce") not in ZOO_CELLS:
+            p.error(f"--model: {m!r} is not gru, lif nor a cell of {sorted(ZOO_CELLS)}"
+                    " (optionally with `_ce`)")
     for al in a.algo:
         if al not in ("d_rtrl", "pp_prop"):
             p.error(f"--algo: {al!r} is not d_rtrl or pp_prop")
@@ -172,7 +183,22 @@ def run_child(a):
             self.v.value = v_new
             return self.readout(spike(v_new - self.v_th))
 
-    model = (GruNet if model_name == "gru" else LifNet)(N_IN, n_rec, N_OUT)
+    class ZooNet(brainstate.nn.Module):
+        def __init__(self, cell, n_in, n_rec, n_out):
+            super().__init__()
+            self.rnn = getattr(braintrace.nn, ZOO_CELLS[cell])(n_in, n_rec)
+            # The LRU's output has the input's width.
+            self.out = braintrace.nn.Linear(n_in if cell == "lru" else n_rec, n_out)
+
+        def update(self, x):
+            return self.out(self.rnn(x))
+
+    cell = model_name.removesuffix("_ce")
+    ce = cell in ZOO_CELLS and model_name.endswith("_ce")
+    if cell in ZOO_CELLS:
+        model = ZooNet(cell, N_IN, n_rec, N_OUT)
+    else:
+        model = (GruNet if model_name == "gru" else LifNet)(N_IN, n_rec, N_OUT)
     x0 = jnp.zeros((batch, N_IN), jnp.float32)
     t0 = time.perf_counter()
     if algo == "d_rtrl":
@@ -185,14 +211,21 @@ def run_child(a):
     def mse(x, y):
         return jnp.mean((learner(x) - y) ** 2)
 
+    def cross_entropy(x, y):
+        logp = jax.nn.log_softmax(learner(x), axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, y.astype(jnp.int32)[..., None], axis=-1))
+
     @brainstate.transform.jit
     def run(xs, ys):
-        return learner.etrace_grad(xs, ys, step_fn=mse, return_value=True)
+        return learner.etrace_grad(xs, ys, step_fn=cross_entropy if ce else mse,
+                                   return_value=True)
 
     rng = np.random.default_rng(11)
     # Inputs in [0, 1) so the LIF net receives drive; targets in [-1, 1).
     xs = jnp.asarray(rng.random((t_len, batch, N_IN), dtype=np.float32))
     ys = jnp.asarray(rng.uniform(-1, 1, (t_len, batch, N_OUT)).astype(np.float32))
+    if ce:
+        ys = jnp.asarray(rng.integers(0, N_OUT, (t_len, batch)).astype(np.float32))
 
     t0 = time.perf_counter()
     jax.block_until_ready(run(xs, ys))

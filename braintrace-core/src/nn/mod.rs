@@ -11,10 +11,16 @@
 pub mod init;
 pub mod io;
 mod layers;
+pub mod loss;
 pub mod optim;
+pub mod rnn;
 mod spiking;
 
 pub use init::{Initializer, Rng};
 pub use layers::{Chain, ElementWiseParam, GruCell, LeakyRateReadout, Linear};
 pub use optim::{clip_grad_norm, Adam, Optimizer, Sgd};
+pub use rnn::{
+    CellActivation, CfnCell, LruCell, LstmCell, MguCell, MiniGru, MiniLstm, MinimalRnnCell,
+    UrLstmCell, VanillaRnnCell,
+};
 pub use spiking::{ExpSynapse, LifCell};
