@@ -1,7 +1,10 @@
 //! Layers for recurrent and spiking networks, written with `Tensor` ops and
 //! ETP ops so that the learning compiler sees their trainable operations:
 //! [`Linear`], [`GruCell`], [`LifCell`], [`LeakyRateReadout`],
-//! [`ExpSynapse`] and [`ElementWiseParam`]; seeded [`init`]ialisers; the
+//! [`ExpSynapse`] and [`ElementWiseParam`]; braintrace's spiking neurons,
+//! synapses and short-term plasticity in [`snn`] ([`If`], [`Lif`],
+//! [`Alif`], [`Expon`], [`Alpha`], [`DualExpon`], [`Std`], [`Stp`],
+//! [`SpikeBitwise`]); seeded [`init`]ialisers; the
 //! [`optim`]isers [`Sgd`] and [`Adam`]; safetensors [`io`].
 //!
 //! Every layer implements [`Model`](crate::learn::Model): `init` declares its
@@ -12,9 +15,13 @@ pub mod init;
 pub mod io;
 mod layers;
 pub mod optim;
+pub mod snn;
 mod spiking;
 
 pub use init::{Initializer, Rng};
 pub use layers::{Chain, ElementWiseParam, GruCell, LeakyRateReadout, Linear};
 pub use optim::{clip_grad_norm, Adam, Optimizer, Sgd};
+pub use snn::{
+    Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
+};
 pub use spiking::{ExpSynapse, LifCell};
