@@ -95,3 +95,48 @@ fn spiking_zoo_e2e_cases_match_braintrace() {
     assert!(names.len() >= 30, "only {} cases", names.len());
     assert!(fails.is_empty(), "{}", fails.join("\n"));
 }
+
+/// The planned `f32` executor (fused groups; the surrogates it has no
+/// compiled loop for run through their block kernel) agrees with the `f64`
+/// evaluation of the same spiking network, for surrogates of every shape.
+#[test]
+fn f32_learners_with_the_new_surrogates_match_f64() {
+    use braintrace::learn::{DRtrl, PpProp};
+    use learn_support::snn_models::SnnNet;
+    for (i, (class, params)) in [
+        ("MultiGaussianGrad", r#"{"h": 0.15, "s": 6.0, "sigma": 0.5, "scale": 0.5}"#),
+        ("QPseudoSpike", r#"{"alpha": 2.0}"#),
+        ("PiecewiseExp", r#"{"alpha": 1.0}"#),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let hp: serde_json::Map<String, Value> = serde_json::from_str(&format!(
+            r#"{{"neuron": "ALIF", "R": 1.0, "tau": 5.0, "tau_a": 20.0, "V_th": 1.0,
+                "V_reset": 0.0, "V_rest": 0.0, "beta": 0.4, "reset": "soft",
+                "surrogate": "{class}", "surrogate_params": {params},
+                "synapse": "DualExpon", "tau_decay": 6.0, "tau_rise": 2.0, "amplitude": 1.5,
+                "plasticity": "{}", "U": 0.2, "tau_f": 15.0, "tau_d": 8.0, "bitwise": "or",
+                "readout_decay": 0.8, "dt": 1.0}}"#,
+            if i == 1 { "STP" } else { "none" }
+        ))
+        .unwrap();
+        let make = || SnnNet::from_hp(&hp, 3, 6, 2).unwrap();
+        learn_support::assert_learner_f32_matches_f64(
+            make,
+            || DRtrl::default().into(),
+            Some(2),
+            6,
+            (&[2, 3], &[2, 2]),
+            |_| {},
+        );
+        learn_support::assert_learner_f32_matches_f64(
+            make,
+            || PpProp::new(0.9).unwrap().into(),
+            Some(2),
+            6,
+            (&[2, 3], &[2, 2]),
+            |_| {},
+        );
+    }
+}
