@@ -104,7 +104,10 @@ fn f32_learners_with_the_new_surrogates_match_f64() {
     use braintrace::learn::{DRtrl, PpProp};
     use learn_support::snn_models::SnnNet;
     for (i, (class, params)) in [
-        ("MultiGaussianGrad", r#"{"h": 0.15, "s": 6.0, "sigma": 0.5, "scale": 0.5}"#),
+        (
+            "MultiGaussianGrad",
+            r#"{"h": 0.15, "s": 6.0, "sigma": 0.5, "scale": 0.5}"#,
+        ),
         ("QPseudoSpike", r#"{"alpha": 2.0}"#),
         ("PiecewiseExp", r#"{"alpha": 1.0}"#),
     ]
