@@ -52,7 +52,10 @@
 //! same over a rank-8 LoRA product) and `conv` (the same over a 1-D
 //! convolution of `[x, h]` as channels, `n_rec / 16` channels of length
 //! 16, kernel 3, SAME), for the fused kernels of those primitives; they
-//! are not in the default grid.
+//! are not in the default grid. `lif_syn` (a recurrent `nn::Lif` layer
+//! behind an `nn::Expon` synapse, leaky readout) and `alif` (a recurrent
+//! `nn::Alif` layer, leaky readout), from `examples/snn_nets`, train with a
+//! cross-entropy against `softmax(y)`; not in the default grid either.
 //!
 //! `--model` also takes braintrace's recurrent cells with a `Linear`
 //! readout (`vanilla`, `mgu`, `minimal`, `cfn`, `lstm`, `urlstm`,
@@ -68,6 +71,7 @@
 
 mod floor;
 mod zoo;
+mod snn_nets;
 
 use braintrace::etp::ElemFn;
 use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
@@ -282,9 +286,11 @@ struct Args {
 }
 
 /// The models `--model` accepts (the default grid runs `gru` and `lif`).
-const MODELS: [&str; 6] = ["gru", "lif", "gru_tanh", "sparse", "lora", "conv"];
+const MODELS: [&str; 8] = [
+    "gru", "lif", "gru_tanh", "sparse", "lora", "conv", "lif_syn", "alif",
+];
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv] [--algo d_rtrl,pp_prop] \
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,lif_syn,alif] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
   every filter takes a value or a comma-separated list;
@@ -537,6 +543,19 @@ fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
     o.sub(y)?.square()?.mean_all()
 }
 
+/// A loss of the readout and the targets.
+type Loss = fn(&Tensor, &Tensor) -> Result<Tensor>;
+
+/// The spiking zoo's models train with a cross-entropy (soft targets
+/// `softmax(y)`), the others with the mean squared error.
+fn loss_of(cfg: &Config) -> Loss {
+    match cfg.model.as_str() {
+        "lif_syn" | "alif" => snn_nets::soft_cross_entropy,
+        z if zoo::uses_ce(z) => zoo::ce_loss,
+        _ => mse,
+    }
+}
+
 fn sequences(t: usize, batch: usize, seed: u64) -> Result<(Tensor, Tensor)> {
     // Inputs in [0, 1) so the LIF net receives drive; targets in [-1, 1).
     let xs = det_f32(&[t, batch, N_IN], seed, 0.0, 1.0)?;
@@ -572,6 +591,7 @@ struct Timing {
 /// calls and generating the data is not timed.
 fn run_grad<M: Model>(
     learner: &mut Learner<M>,
+    loss: Loss,
     t: usize,
     chunk: usize,
     batch: usize,
@@ -592,11 +612,7 @@ fn run_grad<M: Model>(
             sequences(n, batch, seed + done as u64)?
         };
         let (c0, t0) = (process_cpu_s(), Instant::now());
-        let out = if ce {
-            learner.etrace_grad(&xs, &ys, zoo::ce_loss, Reduction::Mean)?
-        } else {
-            learner.etrace_grad(&xs, &ys, mse, Reduction::Mean)?
-        };
+        let out = learner.etrace_grad(&xs, &ys, loss, Reduction::Mean)?;
         acc.wall += t0.elapsed().as_secs_f64();
         acc.cpu = match (acc.cpu, c0, process_cpu_s()) {
             (Some(a), Some(c0), Some(c1)) => Some(a + (c1 - c0)),
@@ -631,7 +647,7 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     // CPU time when available: wall time on a loaded machine overestimates).
     let warm = cfg.t.clamp(1, 3);
     let ce = zoo::uses_ce(&cfg.model);
-    let first = run_grad(&mut learner, warm, cfg.chunk, cfg.batch, 7, ce)?;
+    let first = run_grad(&mut learner, loss_of(cfg), warm, cfg.chunk, cfg.batch, 7, ce)?;
     let est = first.cpu.unwrap_or(first.wall) / warm as f64;
     let mut steps = cfg.t;
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {
@@ -647,7 +663,15 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let mut spent = 0.0;
     while wall.len() < runs.max(1) && (wall.is_empty() || spent < budget_s) {
         let seed = 11 + 1_000_000 * wall.len() as u64;
-        let tm = run_grad(&mut learner, steps, cfg.chunk, cfg.batch, seed, ce)?;
+        let tm = run_grad(
+            &mut learner,
+            loss_of(cfg),
+            steps,
+            cfg.chunk,
+            cfg.batch,
+            seed,
+            ce,
+        )?;
         wall.push(tm.wall / steps as f64);
         if let Some(c) = tm.cpu {
             cpu.push(c / steps as f64);
@@ -702,7 +726,7 @@ fn print_profile<M: Model>(learner: &mut Learner<M>, cfg: &Config, steps: usize)
     profile::reset();
     profile::set_enabled(true);
     let ce = zoo::uses_ce(&cfg.model);
-    let tm = run_grad(learner, steps, cfg.chunk, cfg.batch, 99, ce);
+    let tm = run_grad(learner, loss_of(cfg), steps, cfg.chunk, cfg.batch, 99, ce);
     profile::set_enabled(false);
     let tm = tm?;
     let mut rows = profile::report();
@@ -769,6 +793,18 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "lora" => measure(LeakyNet::lora(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         "conv" => measure(LeakyNet::conv(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         z if zoo::is_zoo(z) => measure(zoo::net(z, N_IN, cfg.n_rec, N_OUT)?, cfg, budget_s, runs)?,
+        "lif_syn" => measure(
+            snn_nets::RecurrentSnn::lif_syn(N_IN, cfg.n_rec, N_OUT)?,
+            cfg,
+            budget_s,
+            runs,
+        )?,
+        "alif" => measure(
+            snn_nets::RecurrentSnn::alif(N_IN, cfg.n_rec, N_OUT)?,
+            cfg,
+            budget_s,
+            runs,
+        )?,
         _ => measure(lif_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
     };
     let rss = match &m.floor {

@@ -16,6 +16,14 @@ Models (golden README section 6.1, the same equations as the Rust nets):
   ``S(v' - v_th)`` with decay ``exp(-dt/tau)``, ``dt = 1``, ``tau = 5``;
   beta 0.8, gamma 0.6, v_th 1; ``S`` is the Heaviside step with the
   surrogate derivative ``1 / (1 + (pi u)^2)`` (a ``jax.custom_jvp``).
+* lif_syn: ``braintrace.nn.Linear(16 + n_rec, n_rec)`` (``syn_in``) over
+  ``[x, neu.get_spike()]``, ``brainpy.state.Expon(tau=5)`` (``syn``),
+  ``brainpy.state.LIF(tau=10)`` (``neu``; V_th 1, soft reset, ReluGrad),
+  ``braintrace.nn.LeakyRateReadout(tau=5)`` (``readout``) of its spikes.
+* alif: the same without the synapse, with ``brainpy.state.ALIF(tau=10,
+  tau_a=100, beta=0.1)``.
+  Both train with the cross-entropy against ``softmax(y)``
+  (``mean_b sum_k softmax(y)_k * -log_softmax(o)_k``), the others with MSE.
 
 Each configuration: ``braintrace.compile(model, algo, zeros(B, 16),
 batch_size=B)`` (timed: ``compile_ms``), then one function
@@ -100,9 +108,10 @@ def parse_args(argv=None):
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     for m in a.model:
-        if m not in ("gru", "lif") and m.removesuffix("_ce") not in ZOO_CELLS:
-            p.error(f"--model: {m!r} is not gru, lif nor a cell of {sorted(ZOO_CELLS)}"
-                    " (optionally with `_ce`)")
+        if (m not in ("gru", "lif", "lif_syn", "alif")
+                and m.removesuffix("_ce") not in ZOO_CELLS):
+            p.error(f"--model: {m!r} is not gru, lif, lif_syn, alif nor a cell of"
+                    f" {sorted(ZOO_CELLS)} (optionally with `_ce`)")
     for al in a.algo:
         if al not in ("d_rtrl", "pp_prop"):
             p.error(f"--algo: {al!r} is not d_rtrl or pp_prop")
@@ -193,10 +202,36 @@ def run_child(a):
         def update(self, x):
             return self.out(self.rnn(x))
 
+    class SnnNet(brainstate.nn.Module):
+        def __init__(self, n_in, n_rec, n_out, adaptive):
+            super().__init__()
+            import brainpy
+            import braintools
+            c0 = braintools.init.Constant(0.)
+            self.syn_in = braintrace.nn.Linear(n_in + n_rec, n_rec)
+            if adaptive:
+                self.syn = None
+                self.neu = brainpy.state.ALIF(n_rec, R=1., tau=10., tau_a=100., beta=0.1,
+                                              V_th=1., V_reset=0., V_rest=0.,
+                                              V_initializer=c0, a_initializer=c0)
+            else:
+                self.syn = brainpy.state.Expon(n_rec, tau=5., g_initializer=c0)
+                self.neu = brainpy.state.LIF(n_rec, R=1., tau=10., V_th=1., V_reset=0.,
+                                             V_rest=0., V_initializer=c0)
+            self.readout = braintrace.nn.LeakyRateReadout(n_rec, n_out, tau=5.)
+
+        def update(self, x):
+            i = self.syn_in(jnp.concatenate([x, self.neu.get_spike()], axis=-1))
+            if self.syn is not None:
+                i = self.syn(i)
+            return self.readout(self.neu(i))
+
     cell = model_name.removesuffix("_ce")
     ce = cell in ZOO_CELLS and model_name.endswith("_ce")
     if cell in ZOO_CELLS:
         model = ZooNet(cell, N_IN, n_rec, N_OUT)
+    elif model_name in ("lif_syn", "alif"):
+        model = SnnNet(N_IN, n_rec, N_OUT, adaptive=model_name == "alif")
     else:
         model = (GruNet if model_name == "gru" else LifNet)(N_IN, n_rec, N_OUT)
     x0 = jnp.zeros((batch, N_IN), jnp.float32)
@@ -209,6 +244,9 @@ def run_child(a):
     compile_ms = (time.perf_counter() - t0) * 1e3
 
     def mse(x, y):
+        if model_name in ("lif_syn", "alif"):
+            logp = jax.nn.log_softmax(learner(x), axis=-1)
+            return -jnp.mean(jnp.sum(jax.nn.softmax(y, axis=-1) * logp, axis=-1))
         return jnp.mean((learner(x) - y) ** 2)
 
     def cross_entropy(x, y):

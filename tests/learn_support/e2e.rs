@@ -225,6 +225,12 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
         }
         other => return Err(format!("unknown algorithm {other}")),
     };
+    if model_name.starts_with("snn_") {
+        // The spiking zoo (`tests/golden_snn`): one network family.
+        known(hp, "hyperparams", super::snn_models::HP_KEYS, fails);
+        let net = super::snn_models::SnnNet::from_hp(hp, n_in, n_rec, n_out)?;
+        return check_model(net, o, algo, b, fails);
+    }
     let hp_keys: &[&str] = match model_name {
         "gru" | "diag" => &[],
         "leaky" => &["alpha", "tau_out", "dt", "readout_decay"],

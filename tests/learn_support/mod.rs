@@ -6,6 +6,7 @@
 pub mod e2e;
 pub mod models;
 pub mod zoo;
+pub mod snn_models;
 
 use braintrace::learn::{compile, Algorithm, Learner, Model, ModelState, Reduction, TensorDict};
 use braintrace::nn::{Initializer, Rng};

@@ -145,6 +145,8 @@ fn surrogate_kind(g: &Surrogate) -> &'static str {
         Surrogate::Arctan { .. } => "Arctan",
         Surrogate::Sigmoid { .. } => "Sigmoid",
         Surrogate::ReluGrad { .. } => "ReluGrad",
+        // No group of it is compiled: the key finds nothing, the group runs op by op.
+        _ => "Other",
     }
 }
 
@@ -255,6 +257,7 @@ pub(super) fn source(f: &Fused) -> Option<String> {
                     Surrogate::ReluGrad { .. } => {
                         format!("({c1} - {c0} * {}.abs()).max(0.0)", a[0])
                     }
+                    _ => return None,
                 }
             }
             OpKind::Eqn => unreachable!("resolve refuses kernels of their own"),

@@ -43,6 +43,9 @@ pub struct HiddenInfo {
     pub path: String,
     /// The per-sample shape (without the batch axis).
     pub shape: Vec<usize>,
+    /// The value every element starts from on a reset (0 unless declared
+    /// with [`Init::hidden_filled`]: a synapse's available resources start at 1).
+    pub fill: f64,
 }
 
 /// What a model declares when it is set up: its parameters with initial
@@ -104,6 +107,10 @@ impl Init {
     }
     /// Declare a hidden state with its per-sample shape (initialised to zeros).
     pub fn hidden(&mut self, path: &str, shape: &[usize]) -> Result<()> {
+        self.hidden_filled(path, shape, 0.0)
+    }
+    /// Declare a hidden state whose every element starts from `fill`.
+    pub fn hidden_filled(&mut self, path: &str, shape: &[usize], fill: f64) -> Result<()> {
         if path.is_empty() {
             return Err(Error::invalid(
                 "Init::hidden",
@@ -119,6 +126,7 @@ impl Init {
         self.hidden.push(HiddenInfo {
             path: path.to_string(),
             shape: shape.to_vec(),
+            fill,
         });
         Ok(())
     }
@@ -408,7 +416,7 @@ impl ModelState {
         self.hidden_values = self
             .hidden
             .iter()
-            .map(|h| Tensor::zeros(&self.full_shape(&h.shape), self.dtype))
+            .map(|h| Tensor::full(&self.full_shape(&h.shape), h.fill, self.dtype))
             .collect();
         Ok(())
     }

@@ -1,7 +1,10 @@
 //! Layers for recurrent and spiking networks, written with `Tensor` ops and
 //! ETP ops so that the learning compiler sees their trainable operations:
 //! [`Linear`], [`GruCell`], [`LifCell`], [`LeakyRateReadout`],
-//! [`ExpSynapse`] and [`ElementWiseParam`]; seeded [`init`]ialisers; the
+//! [`ExpSynapse`] and [`ElementWiseParam`]; braintrace's spiking neurons,
+//! synapses and short-term plasticity in [`snn`] ([`If`], [`Lif`],
+//! [`Alif`], [`Expon`], [`Alpha`], [`DualExpon`], [`Std`], [`Stp`],
+//! [`SpikeBitwise`]); seeded [`init`]ialisers; the
 //! [`optim`]isers [`Sgd`] and [`Adam`]; safetensors [`io`].
 //!
 //! Every layer implements [`Model`](crate::learn::Model): `init` declares its
@@ -14,6 +17,7 @@ mod layers;
 pub mod loss;
 pub mod optim;
 pub mod rnn;
+pub mod snn;
 mod spiking;
 
 pub use init::{Initializer, Rng};
@@ -22,5 +26,7 @@ pub use optim::{clip_grad_norm, Adam, Optimizer, Sgd};
 pub use rnn::{
     CellActivation, CfnCell, LruCell, LstmCell, MguCell, MiniGru, MiniLstm, MinimalRnnCell,
     UrLstmCell, VanillaRnnCell,
+pub use snn::{
+    Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
 };
 pub use spiking::{ExpSynapse, LifCell};

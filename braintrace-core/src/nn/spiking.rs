@@ -2,6 +2,7 @@
 //! recurrent spikes, soft reset and a surrogate spike gradient.
 
 use super::layers::{cat_last, Linear};
+use super::snn::SpikeReset;
 use crate::error::Result;
 use crate::learn::{join_path, Init, Model, StepCtx};
 use crate::ops::Surrogate;
@@ -51,7 +52,7 @@ impl Model for ExpSynapse {
 /// ```text
 /// s  = S(v − v_th)                      (previous spikes)
 /// i' = γ·i + [x, s] @ W + b             (Linear `<path>/rec`)
-/// v' = β·(v − v_th·s) + i'
+/// v' = β·(v − v_th·s) + i'              (soft reset; hard: β·(v − sg(v)·s) + i')
 /// out = S(v' − v_th)
 /// ```
 ///
@@ -73,6 +74,9 @@ pub struct LifCell {
     /// The spike's surrogate derivative (default: braintrace's arctan,
     /// `1 / (1 + (πu)²)`).
     pub surrogate: Surrogate,
+    /// braintrace's reset modes: soft (subtract `v_th`, the default) or
+    /// hard (to 0, the gradient through the spike only).
+    pub reset: SpikeReset,
 }
 
 impl LifCell {
@@ -86,6 +90,7 @@ impl LifCell {
             gamma,
             v_th,
             surrogate: Surrogate::default(),
+            reset: SpikeReset::Soft,
         }
     }
     /// The current's path.
@@ -110,12 +115,44 @@ impl Model for LifCell {
         let s = v.sub_scalar(self.v_th)?.spike(self.surrogate)?;
         let y = self.rec.step(ctx, &cat_last(x, &s)?)?;
         let i_new = i.mul_scalar(self.gamma)?.add(&y)?;
-        let v_new = v
-            .sub(&s.mul_scalar(self.v_th)?)?
-            .mul_scalar(self.beta)?
-            .add(&i_new)?;
+        let drop = match self.reset {
+            SpikeReset::Soft => s.mul_scalar(self.v_th)?,
+            SpikeReset::Hard => v.stop_gradient()?.mul(&s)?,
+        };
+        let v_new = v.sub(&drop)?.mul_scalar(self.beta)?.add(&i_new)?;
         ctx.set_hidden(&self.current_path(), i_new)?;
         ctx.set_hidden(&self.voltage_path(), v_new.clone())?;
         v_new.sub_scalar(self.v_th)?.spike(self.surrogate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::ModelState;
+    use crate::tensor::DType;
+
+    #[test]
+    fn hard_reset_sets_spiking_membranes_to_zero() {
+        // One step from v = [1.5 (spikes), 0.4] with zero weights: soft
+        // gives β(v − v_th s), hard β(v − v s) = β·0 where it spiked.
+        for (reset, want) in [
+            (SpikeReset::Soft, [0.8 * 0.5, 0.8 * 0.4]),
+            (SpikeReset::Hard, [0.0, 0.8 * 0.4]),
+        ] {
+            let mut cell = LifCell::new("", 1, 2, 0.8, 0.6, 1.0);
+            cell.reset = reset;
+            let mut st = ModelState::new(&cell, DType::F64, 0, None).unwrap();
+            st.set_param(&cell.rec.weight_key(), &Tensor::zeros(&[3, 2], DType::F64))
+                .unwrap();
+            st.set_hidden("v", &Tensor::from_vec(vec![1.5, 0.4], &[2]).unwrap())
+                .unwrap();
+            st.advance(&cell, &Tensor::zeros(&[1], DType::F64)).unwrap();
+            let v = st.hidden()["v"].to_vec_f64().unwrap();
+            assert!(
+                (v[0] - want[0]).abs() < 1e-15 && (v[1] - want[1]).abs() < 1e-15,
+                "{reset:?}: {v:?}"
+            );
+        }
     }
 }

@@ -47,6 +47,77 @@ pub enum Surrogate {
         /// Half-width of the support.
         width: f64,
     },
+    /// `g(u) = alpha − alpha²·|u|` on `|u| ≤ 1/alpha`, 0 outside
+    /// (braintools' `PiecewiseQuadratic`, default `alpha = 1`).
+    PiecewiseQuadratic {
+        /// Sharpness: the support is `|u| ≤ 1/alpha`.
+        alpha: f64,
+    },
+    /// `g(u) = alpha/2 · exp(−alpha·|u|)` (braintools' `PiecewiseExp`,
+    /// default `alpha = 1`).
+    PiecewiseExp {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = alpha/2 / (1 + alpha·|u|)²`, the derivative of
+    /// `u / (2/alpha + 2|u|) + 1/2` (braintools' `SoftSign`, default 1).
+    SoftSign {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = alpha/√π · exp(−alpha² u²)`, the derivative of
+    /// `(1 + erf(alpha u))/2` (braintools' `ERF`, default `alpha = 1`).
+    Erf {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = alpha · N(u; 0, sigma)`, a normal density (braintools'
+    /// `GaussianGrad`, defaults `sigma = 0.5`, `alpha = 0.5`).
+    Gaussian {
+        /// Width of the bell.
+        sigma: f64,
+        /// Height factor.
+        alpha: f64,
+    },
+    /// `g(u) = scale · ((1 + h)·N(u; 0, σ) − h·N(u; σ, sσ) − h·N(u; −σ, sσ))`
+    /// (braintools' `MultiGaussianGrad`, defaults `h = 0.15`, `s = 6`,
+    /// `sigma = 0.5`, `scale = 0.5`).
+    MultiGaussian {
+        /// Weight of the two negative side bells.
+        h: f64,
+        /// Width of the side bells relative to `sigma`.
+        s: f64,
+        /// Width of the centre bell (and the side bells' offset).
+        sigma: f64,
+        /// Overall factor.
+        scale: f64,
+    },
+    /// `g(u) = 1 / (alpha·|u| + 1)²` (braintools' `InvSquareGrad`, default
+    /// `alpha = 100`).
+    InvSquare {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = exp(−alpha·|u|)` (braintools' `SlayerGrad`, default 1).
+    Slayer {
+        /// Sharpness.
+        alpha: f64,
+    },
+    /// `g(u) = alpha` for `u < 0`, `beta` otherwise: the derivative of a
+    /// leaky ReLU (braintools' `LeakyRelu`, defaults `alpha = 0.1`,
+    /// `beta = 1`).
+    LeakyRelu {
+        /// Slope left of zero.
+        alpha: f64,
+        /// Slope from zero on.
+        beta: f64,
+    },
+    /// `g(u) = (1 + 2/(alpha + 1)·|u|)^(−alpha)`, a heavy tail
+    /// (braintools' `QPseudoSpike`, default `alpha = 2`).
+    QPseudoSpike {
+        /// Tail exponent.
+        alpha: f64,
+    },
 }
 
 impl Default for Surrogate {
@@ -69,31 +140,136 @@ impl Surrogate {
     pub fn sigmoid() -> Self {
         Surrogate::Sigmoid { alpha: 4.0 }
     }
-    /// The surrogate's short name and parameters, as printed in graphs.
-    pub fn describe(&self) -> String {
-        match self {
-            Surrogate::Arctan { alpha } => format!("arctan(alpha={alpha})"),
-            Surrogate::Sigmoid { alpha } => format!("sigmoid(alpha={alpha})"),
-            Surrogate::ReluGrad { alpha, width } => {
-                format!("relu_grad(alpha={alpha},width={width})")
-            }
+    /// braintools' `PiecewiseQuadratic` default: `alpha = 1`.
+    pub fn piecewise_quadratic() -> Self {
+        Surrogate::PiecewiseQuadratic { alpha: 1.0 }
+    }
+    /// braintools' `PiecewiseExp` default: `alpha = 1`.
+    pub fn piecewise_exp() -> Self {
+        Surrogate::PiecewiseExp { alpha: 1.0 }
+    }
+    /// braintools' `SoftSign` default: `alpha = 1`.
+    pub fn soft_sign() -> Self {
+        Surrogate::SoftSign { alpha: 1.0 }
+    }
+    /// braintools' `ERF` default: `alpha = 1`.
+    pub fn erf() -> Self {
+        Surrogate::Erf { alpha: 1.0 }
+    }
+    /// braintools' `GaussianGrad` defaults: `sigma = 0.5`, `alpha = 0.5`.
+    pub fn gaussian() -> Self {
+        Surrogate::Gaussian {
+            sigma: 0.5,
+            alpha: 0.5,
         }
     }
-    /// Parameters must be finite and positive.
+    /// braintools' `MultiGaussianGrad` defaults: `h = 0.15`, `s = 6`,
+    /// `sigma = 0.5`, `scale = 0.5`.
+    pub fn multi_gaussian() -> Self {
+        Surrogate::MultiGaussian {
+            h: 0.15,
+            s: 6.0,
+            sigma: 0.5,
+            scale: 0.5,
+        }
+    }
+    /// braintools' `InvSquareGrad` default: `alpha = 100`.
+    pub fn inv_square() -> Self {
+        Surrogate::InvSquare { alpha: 100.0 }
+    }
+    /// braintools' `SlayerGrad` default: `alpha = 1`.
+    pub fn slayer() -> Self {
+        Surrogate::Slayer { alpha: 1.0 }
+    }
+    /// braintools' `LeakyRelu` defaults: `alpha = 0.1`, `beta = 1`.
+    pub fn leaky_relu() -> Self {
+        Surrogate::LeakyRelu {
+            alpha: 0.1,
+            beta: 1.0,
+        }
+    }
+    /// braintools' `QPseudoSpike` default: `alpha = 2`.
+    pub fn q_pseudo_spike() -> Self {
+        Surrogate::QPseudoSpike { alpha: 2.0 }
+    }
+    /// Every surrogate with its braintools defaults (arctan with braintrace's
+    /// `alpha = 2`), in declaration order: for tests and tables.
+    pub fn all_defaults() -> Vec<Surrogate> {
+        vec![
+            Surrogate::default(),
+            Surrogate::sigmoid(),
+            Surrogate::relu_grad(),
+            Surrogate::piecewise_quadratic(),
+            Surrogate::piecewise_exp(),
+            Surrogate::soft_sign(),
+            Surrogate::erf(),
+            Surrogate::gaussian(),
+            Surrogate::multi_gaussian(),
+            Surrogate::inv_square(),
+            Surrogate::slayer(),
+            Surrogate::leaky_relu(),
+            Surrogate::q_pseudo_spike(),
+        ]
+    }
+    /// The surrogate's short name and parameters, as printed in graphs.
+    pub fn describe(&self) -> String {
+        let (name, params) = self.parts();
+        let p: Vec<String> = params.iter().map(|(k, v, _)| format!("{k}={v}")).collect();
+        format!("{name}({})", p.join(","))
+    }
+    /// The name, and each parameter with its value and whether zero is
+    /// allowed (a leaky ReLU's slope, a multi-Gaussian's side weight).
+    fn parts(&self) -> (&'static str, Vec<(&'static str, f64, bool)>) {
+        match *self {
+            Surrogate::Arctan { alpha } => ("arctan", vec![("alpha", alpha, false)]),
+            Surrogate::Sigmoid { alpha } => ("sigmoid", vec![("alpha", alpha, false)]),
+            Surrogate::ReluGrad { alpha, width } => (
+                "relu_grad",
+                vec![("alpha", alpha, false), ("width", width, false)],
+            ),
+            Surrogate::PiecewiseQuadratic { alpha } => {
+                ("piecewise_quadratic", vec![("alpha", alpha, false)])
+            }
+            Surrogate::PiecewiseExp { alpha } => ("piecewise_exp", vec![("alpha", alpha, false)]),
+            Surrogate::SoftSign { alpha } => ("soft_sign", vec![("alpha", alpha, false)]),
+            Surrogate::Erf { alpha } => ("erf", vec![("alpha", alpha, false)]),
+            Surrogate::Gaussian { sigma, alpha } => (
+                "gaussian",
+                vec![("sigma", sigma, false), ("alpha", alpha, false)],
+            ),
+            Surrogate::MultiGaussian { h, s, sigma, scale } => (
+                "multi_gaussian",
+                vec![
+                    ("h", h, true),
+                    ("s", s, false),
+                    ("sigma", sigma, false),
+                    ("scale", scale, false),
+                ],
+            ),
+            Surrogate::InvSquare { alpha } => ("inv_square", vec![("alpha", alpha, false)]),
+            Surrogate::Slayer { alpha } => ("slayer", vec![("alpha", alpha, false)]),
+            Surrogate::LeakyRelu { alpha, beta } => (
+                "leaky_relu",
+                vec![("alpha", alpha, true), ("beta", beta, true)],
+            ),
+            Surrogate::QPseudoSpike { alpha } => ("q_pseudo_spike", vec![("alpha", alpha, false)]),
+        }
+    }
+    /// Parameters must be finite and positive (a leaky ReLU's slopes and a
+    /// multi-Gaussian's `h` may be zero).
     pub fn validate(&self, op: &str) -> Result<()> {
-        let params: &[(&str, f64)] = match self {
-            Surrogate::Arctan { alpha } | Surrogate::Sigmoid { alpha } => &[("alpha", *alpha)],
-            Surrogate::ReluGrad { alpha, width } => &[("alpha", *alpha), ("width", *width)],
-        };
-        for (name, v) in params {
-            if !(v.is_finite() && *v > 0.0) {
+        for (name, v, zero_ok) in self.parts().1 {
+            let ok = v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0));
+            if !ok {
+                let want = if zero_ok {
+                    "finite and non-negative"
+                } else {
+                    "finite and positive"
+                };
                 return Err(Error::Param {
                     op: op.to_string(),
                     param: name.to_string(),
-                    reason: format!(
-                        "must be finite and positive, got {v} (surrogate {})",
-                        self.describe()
-                    ),
+                    reason: format!("must be {want}, got {v} (surrogate {})", self.describe()),
                 });
             }
         }
@@ -108,13 +284,16 @@ impl Surrogate {
     /// The two constants of the element function `g` in `T` (see
     /// `with_surrogate!`): arctan `[α/2, πα/2]`, sigmoid `[α, 0]`, relu
     /// `[α, α·width]`. The fused loops compiled ahead of time take them
-    /// from here too.
+    /// from here too; they know only these three kinds (any other runs
+    /// through [`surrogate_block`], whose arms read the parameters
+    /// themselves; its constants here are unused zeros).
     pub(crate) fn constants<T: Float>(&self) -> [T; 2] {
         let c = |v: f64| T::from(v).unwrap_or_else(T::nan);
         match *self {
             Surrogate::Arctan { alpha } => [c(alpha / 2.0), c(PI * alpha / 2.0)],
             Surrogate::Sigmoid { alpha } => [c(alpha), T::zero()],
             Surrogate::ReluGrad { alpha, width } => [c(alpha), c(alpha * width)],
+            _ => [T::zero(); 2],
         }
     }
     /// `g'(u)` written with core ops (the JVP of [`Surrogate::grad`]).
@@ -137,6 +316,61 @@ impl Surrogate {
                 // g' = −α sign(u) on |u| < width, 0 outside.
                 let inside = u.abs()?.rsub_scalar(width)?.step()?;
                 u.sign()?.mul(&inside)?.mul_scalar(-alpha)
+            }
+            Surrogate::PiecewiseQuadratic { alpha } => {
+                // g' = −α² sign(u) on |u| < 1/α, 0 outside.
+                let inside = u.abs()?.rsub_scalar(1.0 / alpha)?.step()?;
+                u.sign()?.mul(&inside)?.mul_scalar(-alpha * alpha)
+            }
+            // g = c·exp(−α|u|): g' = −α sign(u) g.
+            Surrogate::PiecewiseExp { alpha } | Surrogate::Slayer { alpha } => {
+                u.sign()?.mul(&self.grad(u)?)?.mul_scalar(-alpha)
+            }
+            Surrogate::SoftSign { alpha } => {
+                // g = (α/2) d⁻², d = 1 + α|u|: g' = −α² sign(u) d⁻³.
+                let d = u.abs()?.mul_scalar(alpha)?.add_scalar(1.0)?;
+                u.sign()?
+                    .mul(&d.pow_scalar(-3.0)?)?
+                    .mul_scalar(-alpha * alpha)
+            }
+            // g ∝ exp(−α² u²): g' = −2α² u g.
+            Surrogate::Erf { alpha } => u.mul(&self.grad(u)?)?.mul_scalar(-2.0 * alpha * alpha),
+            // g ∝ exp(−u²/(2σ²)): g' = −u/σ² g.
+            Surrogate::Gaussian { sigma, .. } => {
+                u.mul(&self.grad(u)?)?.mul_scalar(-1.0 / (sigma * sigma))
+            }
+            Surrogate::MultiGaussian { h, s, sigma, scale } => {
+                // Each bell w·N(u; μ, σᵢ) has derivative −(u − μ)/σᵢ² times itself.
+                let bell = |mu: f64, sd: f64, w: f64| -> Result<Tensor> {
+                    let z = u.sub_scalar(mu)?;
+                    let n = z
+                        .square()?
+                        .mul_scalar(-1.0 / (2.0 * sd * sd))?
+                        .exp()?
+                        .mul_scalar(w / ((2.0 * PI).sqrt() * sd))?;
+                    z.mul(&n)?.mul_scalar(-1.0 / (sd * sd))
+                };
+                let side = s * sigma;
+                bell(0.0, sigma, scale * (1.0 + h))?
+                    .sub(&bell(sigma, side, scale * h)?)?
+                    .sub(&bell(-sigma, side, scale * h)?)
+            }
+            Surrogate::InvSquare { alpha } => {
+                // g = d⁻², d = α|u| + 1: g' = −2α sign(u) d⁻³.
+                let d = u.abs()?.mul_scalar(alpha)?.add_scalar(1.0)?;
+                u.sign()?
+                    .mul(&d.pow_scalar(-3.0)?)?
+                    .mul_scalar(-2.0 * alpha)
+            }
+            // Piecewise constant: g' = 0 (sign keeps u's shape, dtype and NaNs).
+            Surrogate::LeakyRelu { .. } => u.sign()?.mul_scalar(0.0),
+            Surrogate::QPseudoSpike { alpha } => {
+                // g = d^(−α), d = 1 + c|u|, c = 2/(α + 1): g' = −α c sign(u) d^(−α−1).
+                let c = 2.0 / (alpha + 1.0);
+                let d = u.abs()?.mul_scalar(c)?.add_scalar(1.0)?;
+                u.sign()?
+                    .mul(&d.pow_scalar(-alpha - 1.0)?)?
+                    .mul_scalar(-alpha * c)
             }
         }
     }
@@ -173,8 +407,105 @@ macro_rules! with_surrogate {
                 let $f = |x: $t| (top - al * x.abs()).max(zero);
                 $body
             }
+            // The others in braintools' order of operations; their
+            // constants are derived here from the parameters.
+            Surrogate::PiecewiseQuadratic { alpha } => {
+                let (a, a2, edge) = (
+                    cv::<$t>(alpha),
+                    cv::<$t>(alpha * alpha),
+                    cv::<$t>(1.0 / alpha),
+                );
+                let $f = |x: $t| {
+                    let ax = x.abs();
+                    if ax > edge {
+                        zero
+                    } else {
+                        a - a2 * ax
+                    }
+                };
+                $body
+            }
+            Surrogate::PiecewiseExp { alpha } => {
+                let (half, a) = (cv::<$t>(alpha / 2.0), cv::<$t>(alpha));
+                let $f = |x: $t| half * exp_of(-(a * x.abs()));
+                $body
+            }
+            Surrogate::SoftSign { alpha } => {
+                let (half, a) = (cv::<$t>(alpha * 0.5), cv::<$t>(alpha));
+                let $f = |x: $t| {
+                    let d = one + (a * x).abs();
+                    half / (d * d)
+                };
+                $body
+            }
+            Surrogate::Erf { alpha } => {
+                let (h, a2) = (cv::<$t>(alpha / PI.sqrt()), cv::<$t>(alpha * alpha));
+                let $f = |x: $t| h * exp_of(-(a2 * x * x));
+                $body
+            }
+            Surrogate::Gaussian { sigma, alpha } => {
+                let k = cv::<$t>(2.0 * sigma * sigma);
+                let norm = cv::<$t>((2.0 * PI).sqrt() * sigma);
+                let a = cv::<$t>(alpha);
+                let $f = |x: $t| a * (exp_of(-(x * x) / k) / norm);
+                $body
+            }
+            Surrogate::MultiGaussian { h, s, sigma, scale } => {
+                let (k1, n1) = (
+                    cv::<$t>(2.0 * sigma * sigma),
+                    cv::<$t>((2.0 * PI).sqrt() * sigma),
+                );
+                let side = s * sigma;
+                let (k2, n2) = (
+                    cv::<$t>(2.0 * side * side),
+                    cv::<$t>((2.0 * PI).sqrt() * side),
+                );
+                let (hh, h1, sg, sc) = (
+                    cv::<$t>(h),
+                    cv::<$t>(1.0 + h),
+                    cv::<$t>(sigma),
+                    cv::<$t>(scale),
+                );
+                let $f = |x: $t| {
+                    let g1 = exp_of(-(x * x) / k1) / n1;
+                    let (l, r) = (x - sg, x + sg);
+                    let g2 = exp_of(-(l * l) / k2) / n2;
+                    let g3 = exp_of(-(r * r) / k2) / n2;
+                    sc * (g1 * h1 - g2 * hh - g3 * hh)
+                };
+                $body
+            }
+            Surrogate::InvSquare { alpha } => {
+                let a = cv::<$t>(alpha);
+                let $f = |x: $t| {
+                    let d = a * x.abs() + one;
+                    one / (d * d)
+                };
+                $body
+            }
+            Surrogate::Slayer { alpha } => {
+                let a = cv::<$t>(alpha);
+                let $f = |x: $t| exp_of(-(a * x.abs()));
+                $body
+            }
+            Surrogate::LeakyRelu { alpha, beta } => {
+                let (a, b) = (cv::<$t>(alpha), cv::<$t>(beta));
+                let $f = |x: $t| if x < zero { a } else { b };
+                $body
+            }
+            Surrogate::QPseudoSpike { alpha } => {
+                let (c, p) = (cv::<$t>(2.0 / (alpha + 1.0)), cv::<$t>(-alpha));
+                let $f = |x: $t| (one + c * x.abs()).powf(p);
+                $body
+            }
         }
     }};
+}
+
+/// A parameter in `T` (NaN where it does not convert, as `constants`).
+#[inline(always)]
+fn cv<T: Float>(v: f64) -> T {
+    T::from(v).unwrap_or_else(T::nan)
 }
 
 /// `e^x`: in `f32` the vectorisable `exp` of
@@ -403,17 +734,72 @@ mod tests {
                 alpha * sg * (1.0 - sg)
             }
             Surrogate::ReluGrad { alpha, width } => (alpha * width - alpha * u.abs()).max(0.0),
+            // The others are checked against braintools' values
+            // (tests/golden_snn.rs) and by the finite differences below.
+            _ => {
+                let u = Tensor::from_vec(vec![u], &[1]).unwrap();
+                s.grad(&u).unwrap().to_vec_f64().unwrap()[0]
+            }
+        }
+    }
+
+    #[test]
+    fn surrogate_derivative_jvp_matches_finite_differences() {
+        // The JVP of `spike_surrogate_grad` (g') against central
+        // differences of the f64 kernel g, away from each kink.
+        let us = [-2.3, -0.77, -0.21, -0.04, 0.03, 0.18, 0.61, 1.7];
+        for s in Surrogate::all_defaults().into_iter().chain([
+            Surrogate::MultiGaussian {
+                h: 0.3,
+                s: 2.0,
+                sigma: 0.4,
+                scale: 1.0,
+            },
+            Surrogate::QPseudoSpike { alpha: 1.0 },
+            Surrogate::PiecewiseQuadratic { alpha: 2.5 },
+        ]) {
+            let g = |x: f64| {
+                let t = Tensor::from_vec(vec![x], &[1]).unwrap();
+                s.grad(&t).unwrap().to_vec_f64().unwrap()[0]
+            };
+            let u = Tensor::from_vec(us.to_vec(), &[us.len()]).unwrap();
+            let d = crate::grad(|a: &[Tensor]| s.grad(&a[0])?.sum_all())(&[u]).unwrap();
+            let h = 1e-6;
+            for (got, &x) in d[0].to_vec_f64().unwrap().iter().zip(&us) {
+                let fd = (g(x + h) - g(x - h)) / (2.0 * h);
+                assert!(
+                    (got - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
+                    "{s:?} at {x}: jvp {got} vs finite difference {fd}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_surrogate_is_finite_positive_and_even_where_braintools_is() {
+        // Each derivative is finite, also far out, and ≥ 0 but the
+        // multi-Gaussian's (its side bells dip below 0); all but the leaky
+        // ReLU's are even in u.
+        for s in Surrogate::all_defaults() {
+            for x in [0.0, 0.3, 2.0, 1e3, -1e3] {
+                let t = Tensor::from_vec(vec![x, -x], &[2]).unwrap();
+                let v = s.grad(&t).unwrap().to_vec_f64().unwrap();
+                let dips = matches!(s, Surrogate::MultiGaussian { .. });
+                assert!(
+                    v.iter().all(|g| g.is_finite() && (dips || *g >= 0.0)),
+                    "{s:?} {x}"
+                );
+                if !matches!(s, Surrogate::LeakyRelu { .. }) {
+                    assert_eq!(v[0], v[1], "{s:?} at ±{x}");
+                }
+            }
         }
     }
 
     #[test]
     fn surrogate_kernel_matches_formula_in_f32_and_f64() {
         let us = [-3.0, -0.7, -0.1, 0.0, 0.2, 0.95, 40.0, -800.0];
-        for s in [
-            Surrogate::default(),
-            Surrogate::sigmoid(),
-            Surrogate::relu_grad(),
-        ] {
+        for s in Surrogate::all_defaults() {
             let u = Tensor::from_vec(us.to_vec(), &[us.len()]).unwrap();
             for dt in [DType::F64, DType::F32] {
                 let g = s.grad(&u.cast(dt).unwrap()).unwrap();
@@ -444,11 +830,7 @@ mod tests {
             let bits = |v: &[T]| v.iter().map(|x| x.integer_decode()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{s:?}");
         }
-        for s in [
-            Surrogate::default(),
-            Surrogate::sigmoid(),
-            Surrogate::relu_grad(),
-        ] {
+        for s in Surrogate::all_defaults() {
             same::<f64>(s);
             same::<f32>(s);
         }
@@ -471,6 +853,24 @@ mod tests {
         .validate("spike")
         .is_err());
         assert!(Surrogate::sigmoid().validate("spike").is_ok());
+        assert_eq!(
+            Surrogate::multi_gaussian().describe(),
+            "multi_gaussian(h=0.15,s=6,sigma=0.5,scale=0.5)"
+        );
+        assert!(Surrogate::LeakyRelu {
+            alpha: 0.0,
+            beta: 1.0
+        }
+        .validate("spike")
+        .is_ok());
+        let e = Surrogate::Erf { alpha: 0.0 }.validate("spike").unwrap_err();
+        assert!(e.to_string().contains("alpha"), "{e}");
+        assert!(Surrogate::Gaussian {
+            sigma: f64::NAN,
+            alpha: 1.0
+        }
+        .validate("spike")
+        .is_err());
     }
 
     #[test]
