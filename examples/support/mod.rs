@@ -328,7 +328,7 @@ pub fn train<M: Model>(
     eval_every: usize,
 ) -> Result<History> {
     let mut rng = Rng::seed(cfg.seed.wrapping_add(1));
-    let mut opt = Adam::new(cfg.lr);
+    let mut opt = Adam::new(cfg.lr)?;
     let mut hist = History::default();
     let pb = ProgressBar::new(cfg.steps as u64);
     pb.set_style(
