@@ -167,7 +167,7 @@ impl GruCell {
     /// A GRU cell with `n_in` inputs and `n_rec` hidden units.
     pub fn new(path: &str, n_in: usize, n_rec: usize) -> Self {
         let lin = |name: &str| {
-            Linear::new(&join_path(path, name), n_in + n_rec, n_rec)
+            Linear::new(&join_path(path, name), n_in.saturating_add(n_rec), n_rec)
                 .with_init(Initializer::orthogonal())
         };
         GruCell {

@@ -84,7 +84,7 @@ impl LifCell {
     pub fn new(path: &str, n_in: usize, n_rec: usize, beta: f64, gamma: f64, v_th: f64) -> Self {
         LifCell {
             path: path.to_string(),
-            rec: Linear::new(&join_path(path, "rec"), n_in + n_rec, n_rec),
+            rec: Linear::new(&join_path(path, "rec"), n_in.saturating_add(n_rec), n_rec),
             n_rec,
             beta,
             gamma,
