@@ -259,6 +259,8 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
         Algo::DRtrl => compile(
             model,
             state,
+            // InStep is the default (the readout learns); spelled out because
+            // braintrace's `Zero` would leave the readout untrained.
             DRtrl::default().non_temporal(NonTemporal::InStep),
             &x0,
             Some(cfg.batch),
