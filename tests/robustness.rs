@@ -12,6 +12,14 @@ use braintrace::nn::{
 use braintrace::{DType, Error, Result, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// A named way to build a model state that must fail, and what its error
+/// must mention.
+type Case = (
+    &'static str,
+    Box<dyn Fn() -> Result<ModelState>>,
+    &'static [&'static str],
+);
+
 const G: usize = 1_000_000_000; // 1e9
 const T: usize = 1_000_000_000_000; // 1e12
 
@@ -103,7 +111,7 @@ fn tensor_constructors_refuse_what_memory_cannot_hold() {
 
 #[test]
 fn layers_of_1e9_units_give_allocation_errors_naming_the_layer() {
-    let cases: Vec<(&str, Box<dyn Fn() -> Result<ModelState>>, &[&str])> = vec![
+    let cases: Vec<Case> = vec![
         (
             "Linear 1e9 inputs",
             Box::new(|| ModelState::new(&Linear::new("lin", G, 16), DType::F32, 0, None)),
@@ -198,7 +206,7 @@ fn a_batch_of_1e12_is_refused_and_the_state_keeps_its_batch() {
 
 #[test]
 fn layers_refuse_bad_sizes_and_decays_naming_layer_and_value() {
-    let cases: Vec<(&str, Box<dyn Fn() -> Result<ModelState>>, &[&str])> = vec![
+    let cases: Vec<Case> = vec![
         (
             "Linear n_in 0",
             Box::new(|| ModelState::new(&Linear::new("lin", 0, 2), DType::F32, 0, None)),
@@ -404,10 +412,7 @@ fn a_non_finite_gradient_is_an_error_naming_key_and_index_and_changes_nothing() 
                     assert_eq!(op, name);
                     assert_eq!(key, "lin/weight/weight");
                     assert_eq!(index, &vec![2, 0]);
-                    assert_eq!(
-                        value.to_bits() == bad.to_bits() || (value.is_nan() && bad.is_nan()),
-                        true
-                    );
+                    assert!(value.to_bits() == bad.to_bits() || (value.is_nan() && bad.is_nan()));
                 }
                 other => panic!("{name}: {other}"),
             }
