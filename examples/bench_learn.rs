@@ -74,7 +74,9 @@ mod zoo;
 mod snn_nets;
 
 use braintrace::etp::ElemFn;
-use braintrace::learn::{compile, Algorithm, DRtrl, Init, Model, ModelState, PpProp, StepCtx};
+use braintrace::learn::{
+    compile, Algorithm, DRtrl, Init, Model, ModelState, NonTemporal, PpProp, StepCtx,
+};
 use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
 use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
@@ -632,8 +634,15 @@ fn median(v: &mut [f64]) -> f64 {
 fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
     let state = ModelState::new(&model, DType::F32, SEED, Some(cfg.batch))?;
     let algo: Algorithm = match cfg.algo.as_str() {
-        "d_rtrl" => DRtrl::default().fast_paths(!cfg.generic).into(),
-        _ => PpProp::new(PP_DECAY)?.into(),
+        // braintrace's zeros for parameters without a relation (not the
+        // default): the work the reference scripts measure.
+        "d_rtrl" => DRtrl::default()
+            .fast_paths(!cfg.generic)
+            .non_temporal(NonTemporal::Zero)
+            .into(),
+        _ => PpProp::new(PP_DECAY)?
+            .non_temporal(NonTemporal::Zero)
+            .into(),
     };
     let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);
     let t0 = Instant::now();

@@ -5,7 +5,13 @@
 //!   [`grad`], [`vmap`], [`jit`], [`make_graph`];
 //! * [`etp`]: ETP primitives, their four rules and the registries;
 //! * the attributes [`etp_primitive`], [`yw_to_w`], [`xy_to_dw`],
-//!   [`init_drtrl`], [`init_pp`] that define a primitive declaratively.
+//!   [`init_drtrl`], [`init_pp`] that define a primitive declaratively;
+//! * [`learn`]: model state, the ETP compiler and the online learners;
+//!   [`nn`]: layers, optimisers, safetensors and checkpoints.
+//!
+//! `use braintrace::prelude::*;` brings the names a training loop uses
+//! (tensors, transforms, primitives, `compile`, `DRtrl`, `PpProp`,
+//! `ModelState`, the layers, `Adam`, `Sgd`, `Checkpoint`, ...).
 
 pub use braintrace_core::*;
 pub use braintrace_macros::{
@@ -27,6 +33,15 @@ pub mod prelude {
     };
     pub use braintrace_macros::{
         etp_primitive, init_drtrl, init_pp, instant_drtrl, solve_drtrl, xy_to_dw, yw_to_w,
+    };
+    // Online learning: what a training loop always imports.
+    pub use braintrace_core::learn::{
+        bptt_grad, compile, DRtrl, EtraceGrads, Init, Learner, Model, ModelState, NonFinite,
+        NonTemporal, PpProp, Reduction, StepCtx, TensorDict, VjpMethod,
+    };
+    pub use braintrace_core::nn::{
+        clip_grad_norm, Adam, Chain, Checkpoint, ExpSynapse, GruCell, LeakyRateReadout, LifCell,
+        Linear, Optimizer, Sgd,
     };
 }
 

@@ -52,7 +52,7 @@ fn problem() -> (TensorDict, Vec<TensorDict>) {
 #[test]
 fn sgd_plain_is_p_minus_lr_g() {
     let (params, grads) = problem();
-    let mut opt = Sgd::new(0.1);
+    let mut opt = Sgd::new(0.1).unwrap();
     let new = opt.update(&params, &grads[0]).unwrap();
     for k in ["layer/a", "layer/b"] {
         let want: Vec<f64> = vals(&params, k)
@@ -68,7 +68,12 @@ fn sgd_plain_is_p_minus_lr_g() {
 fn sgd_momentum_and_weight_decay_follow_the_textbook_over_three_steps() {
     let (mut params, grads) = problem();
     let (lr, mu, wd) = (0.05, 0.9, 0.01);
-    let mut opt = Sgd::new(lr).momentum(mu).weight_decay(wd);
+    let mut opt = Sgd::new(lr)
+        .unwrap()
+        .momentum(mu)
+        .unwrap()
+        .weight_decay(wd)
+        .unwrap();
     let mut p_ref: Vec<Vec<f64>> = ["layer/a", "layer/b"]
         .iter()
         .map(|k| vals(&params, k))
@@ -93,7 +98,12 @@ fn sgd_momentum_and_weight_decay_follow_the_textbook_over_three_steps() {
 fn adam_follows_the_textbook_over_three_steps() {
     let (mut params, grads) = problem();
     let (lr, b1, b2, eps) = (0.01, 0.8, 0.95, 1e-6);
-    let mut opt = Adam::new(lr).betas(b1, b2).eps(eps);
+    let mut opt = Adam::new(lr)
+        .unwrap()
+        .betas(b1, b2)
+        .unwrap()
+        .eps(eps)
+        .unwrap();
     let keys = ["layer/a", "layer/b"];
     let mut p_ref: Vec<Vec<f64>> = keys.iter().map(|k| vals(&params, k)).collect();
     let mut m: Vec<Vec<f64>> = p_ref.iter().map(|p| vec![0.0; p.len()]).collect();
@@ -119,7 +129,7 @@ fn adam_follows_the_textbook_over_three_steps() {
 #[test]
 fn adam_leaves_parameters_without_gradient_alone_and_counts_steps_per_key() {
     let (params, grads) = problem();
-    let mut opt = Adam::new(0.1);
+    let mut opt = Adam::new(0.1).unwrap();
     let only_a: TensorDict = grads[0]
         .iter()
         .filter(|(k, _)| k.as_str() == "layer/a")
@@ -151,8 +161,8 @@ fn optimisers_keep_f32_parameters_f32() {
     )]
     .into();
     let g = dict(&[("w", vec![0.5, -0.5], &[2])]); // f64 gradient is cast
-    let a = Adam::new(0.1).update(&p, &g).unwrap();
-    let s = Sgd::new(0.1).update(&p, &g).unwrap();
+    let a = Adam::new(0.1).unwrap().update(&p, &g).unwrap();
+    let s = Sgd::new(0.1).unwrap().update(&p, &g).unwrap();
     assert_eq!(a["w"].dtype(), DType::F32);
     assert_eq!(s["w"].dtype(), DType::F32);
     assert_close(&vals(&s, "w"), &[0.95, 2.05], 1e-7);
@@ -161,7 +171,7 @@ fn optimisers_keep_f32_parameters_f32() {
 #[test]
 fn unknown_gradient_key_is_an_error_naming_it_and_changes_nothing() {
     let (params, grads) = problem();
-    let mut opt = Adam::new(0.1);
+    let mut opt = Adam::new(0.1).unwrap();
     let mut bad = grads[0].clone();
     bad.insert("layer/c".into(), Tensor::zeros(&[3], DType::F64));
     let e = opt.update(&params, &bad).unwrap_err().to_string();
@@ -173,7 +183,11 @@ fn unknown_gradient_key_is_an_error_naming_it_and_changes_nothing() {
 fn gradient_of_wrong_shape_is_an_error_naming_both_shapes() {
     let (params, _) = problem();
     let bad = dict(&[("layer/b", vec![1.0, 2.0], &[2])]);
-    let e = Sgd::new(0.1).update(&params, &bad).unwrap_err().to_string();
+    let e = Sgd::new(0.1)
+        .unwrap()
+        .update(&params, &bad)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("Sgd") && e.contains("[3]") && e.contains("[2]"),
         "{e}"
@@ -181,21 +195,40 @@ fn gradient_of_wrong_shape_is_an_error_naming_both_shapes() {
 }
 
 #[test]
-fn invalid_hyperparameters_are_errors() {
-    let (params, grads) = problem();
-    for lr in [0.0, -1.0, f64::NAN] {
-        assert!(Sgd::new(lr).update(&params, &grads[0]).is_err());
-        assert!(Adam::new(lr).update(&params, &grads[0]).is_err());
+fn invalid_hyperparameters_are_errors_when_given() {
+    fn bad<T: std::fmt::Debug>(r: braintrace::Result<T>, who: &str, what: &str) {
+        let e = r.unwrap_err().to_string();
+        assert!(e.starts_with(who) && e.contains(what), "{e}");
     }
-    assert!(Sgd::new(0.1)
-        .momentum(1.0)
-        .update(&params, &grads[0])
-        .is_err());
-    assert!(Adam::new(0.1)
-        .betas(0.9, 1.0)
-        .update(&params, &grads[0])
-        .is_err());
-    assert!(Adam::new(0.1).eps(0.0).update(&params, &grads[0]).is_err());
+    for lr in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        bad(Sgd::new(lr), "Sgd", "learning rate");
+        bad(Adam::new(lr), "Adam", "learning rate");
+    }
+    for mu in [1.0, -0.1, f64::NAN] {
+        bad(Sgd::new(0.1).unwrap().momentum(mu), "Sgd", "momentum");
+    }
+    for wd in [-0.1, f64::NAN, f64::INFINITY] {
+        bad(
+            Sgd::new(0.1).unwrap().weight_decay(wd),
+            "Sgd",
+            "weight_decay",
+        );
+    }
+    bad(Adam::new(0.1).unwrap().betas(0.9, 1.0), "Adam", "beta2");
+    bad(
+        Adam::new(0.1).unwrap().betas(f64::NAN, 0.9),
+        "Adam",
+        "beta1",
+    );
+    bad(Adam::new(0.1).unwrap().eps(0.0), "Adam", "eps");
+    bad(Adam::new(0.1).unwrap().eps(f64::INFINITY), "Adam", "eps");
+    // The fields are public: a value set there is refused at the update,
+    // before anything changes.
+    let (params, grads) = problem();
+    let mut opt = Adam::new(0.1).unwrap();
+    opt.lr = f64::NAN;
+    bad(opt.update(&params, &grads[0]), "Adam", "learning rate");
+    assert_eq!(opt.steps("layer/a"), 0);
 }
 
 #[test]
@@ -227,7 +260,7 @@ fn step_updates_a_model_state_in_place() {
         .iter()
         .map(|(k, v)| (k.clone(), v.ones_like()))
         .collect();
-    Sgd::new(0.5).step(&mut state, &grads).unwrap();
+    Sgd::new(0.5).unwrap().step(&mut state, &grads).unwrap();
     for (k, v) in &before {
         let want: Vec<f64> = v.to_vec_f64().unwrap().iter().map(|x| x - 0.5).collect();
         assert_close(&state.param(k).unwrap().to_vec_f64().unwrap(), &want, 1e-15);

@@ -175,7 +175,7 @@ fn reloaded_trained_model_gives_identical_outputs() {
     let x0 = Tensor::zeros(&[batch, 3], DType::F32);
     let algo = DRtrl::default().non_temporal(NonTemporal::InStep);
     let mut learner = compile(Net::new(), state, algo, &x0, Some(batch)).unwrap();
-    let mut opt = Adam::new(0.05);
+    let mut opt = Adam::new(0.05).unwrap();
     let initial = learner.state().params();
     for i in 0..3 {
         learner.reset_state(Some(batch)).unwrap();

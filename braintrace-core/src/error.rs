@@ -256,6 +256,23 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A NaN or an infinity where a finite value is required (a gradient
+    /// under [`NonFinite::Error`](crate::learn::NonFinite), a parameter given
+    /// to `set_param`, an optimiser setting).
+    #[error("{op}: {what} `{key}` holds {value} at index {index:?}")]
+    NonFinite {
+        /// The op, optimiser or entry point that refused it.
+        op: String,
+        /// What `key` names (`gradient`, `parameter`, `hidden state`, `setting`).
+        what: String,
+        /// The key (`rnn/Wz/weight/weight`) or setting name (`lr`).
+        key: String,
+        /// The row-major multi-index of the first non-finite element (empty
+        /// for a scalar).
+        index: Vec<usize>,
+        /// Its value (NaN, inf or -inf).
+        value: f64,
+    },
     /// Any other invalid argument.
     #[error("{op}: {reason}")]
     Invalid {
@@ -400,6 +417,7 @@ impl Error {
             | Error::Symbolic { op, .. }
             | Error::EscapedTracer { op, .. }
             | Error::Param { op, .. }
+            | Error::NonFinite { op, .. }
             | Error::Invalid { op, .. } => op,
             Error::Transform { transform, .. } => transform,
             Error::MissingRule { primitive, .. } | Error::Etp { primitive, .. } => primitive,

@@ -259,6 +259,8 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
         Algo::DRtrl => compile(
             model,
             state,
+            // InStep is the default (the readout learns); spelled out because
+            // braintrace's `Zero` would leave the readout untrained.
             DRtrl::default().non_temporal(NonTemporal::InStep),
             &x0,
             Some(cfg.batch),
@@ -328,7 +330,7 @@ pub fn train<M: Model>(
     eval_every: usize,
 ) -> Result<History> {
     let mut rng = Rng::seed(cfg.seed.wrapping_add(1));
-    let mut opt = Adam::new(cfg.lr);
+    let mut opt = Adam::new(cfg.lr)?;
     let mut hist = History::default();
     let pb = ProgressBar::new(cfg.steps as u64);
     pb.set_style(

@@ -46,15 +46,12 @@ braintrace-rs is single-threaded (the flags alone were measured not to stop
 XLA from using both cores). ``--all-cores`` lifts both. ``--cpu N`` chooses
 the CPU (default: the lowest allowed).
 
-Setup, outside the repository::
-
-    python3 -m venv /work/venv-bt
-    /work/venv-bt/bin/pip install braintrace==0.2.6 jax==0.10.2 jaxlib==0.10.2 \\
-        brainstate==0.5.4 brainevent==0.2.1 brainunit==0.5.2
+Setup: ``scripts/ref_venv.sh`` makes the venv ``.venv-ref/`` in the
+repository (or set ``BRAINTRACE_REF_PY`` to a python with braintrace 0.2.6).
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/bench_ref/bench_learn_ref.py > ref.jsonl
+    "$(scripts/ref_python.sh)" scripts/bench_ref/bench_learn_ref.py > ref.jsonl
     cargo run --release --example bench_learn > rs.jsonl
     python3 scripts/bench_compare.py rs.jsonl ref.jsonl
 

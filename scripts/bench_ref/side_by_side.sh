@@ -17,14 +17,15 @@
 # ratios (scripts/bench_compare.py), so one slow moment of this shared
 # machine moves one pair, not the comparison.
 #
-# Environment: BT_PYTHON (default /work/venv-bt/bin/python), CPU (default 0),
+# Environment: BRAINTRACE_REF_PY (the reference python; default the repository's
+# .venv-ref, made by scripts/ref_venv.sh), CPU (default 0),
 # THREADS (default 1), REPEAT (default 1),
 # MODELS, ALGOS, NRECS, BATCHES (space-separated; default the full grid),
 # BENCH_QUICK=1 for a smoke run (hidden 32, batch 4, T 5).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-PY="${BT_PYTHON:-/work/venv-bt/bin/python}"
+PY="$(scripts/ref_python.sh)"
 OUT="${1:-target/bench_learn}"
 CPU="${CPU:-0}"
 MODELS="${MODELS:-gru lif}"

@@ -18,15 +18,14 @@ originals, and ``--stress`` writes extra edge cases (3-D conv, mixed conv
 layouts, 0-d/4-d elemwise, 1x1 matrices, LoRA rank > in, single-nnz CSR) to a
 scratch folder.
 
-Setup (exact versions of the reference recording; PyPI only)::
-
-    python3.11 -m venv /tmp/bt-venv
-    /tmp/bt-venv/bin/pip install braintrace==0.2.6 brainstate==0.5.4 \
-        brainevent==0.2.1 brainunit==0.5.2 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6
+Setup (exact versions of the reference recording; PyPI only):
+``scripts/ref_venv.sh`` makes ``.venv-ref/`` in the repository (braintrace
+0.2.6, brainstate 0.5.4, brainevent 0.2.1, brainunit 0.5.2, jax/jaxlib
+0.10.2; the recording used numpy 2.4.6), or set ``BRAINTRACE_REF_PY``.
 
 Run (from the repository root)::
 
-    /tmp/bt-venv/bin/python scripts/golden_gen/generate.py \
+    "$(scripts/ref_python.sh)" scripts/golden_gen/generate.py \
         --out tests/golden_extra --seed 70417
 
     BRAINTRACE_GOLDEN_DIR=tests/golden_extra cargo test --test golden -- --nocapture

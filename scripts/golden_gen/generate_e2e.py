@@ -27,13 +27,14 @@ rejected and redrawn from ``default_rng([seed, crc32, attempt])``
 (attempt = 1, 2, ...); the accepted margin is recorded.
 
 Setup: the venv of ``generate.py`` (braintrace 0.2.6, brainstate 0.5.4,
-brainevent 0.2.1, brainunit 0.5.2, jax/jaxlib 0.10.2, numpy 2.4.6).
+brainevent 0.2.1, brainunit 0.5.2, jax/jaxlib 0.10.2, numpy 2.4.6):
+``scripts/ref_venv.sh``; ``PY=$(scripts/ref_python.sh)``.
 
 Run (from the repository root)::
 
     # validate against the reference set
     $PY scripts/golden_gen/generate_e2e.py --reference-a --seed 20260 \
-        --out /tmp/e2e_a --compare-with /work/shared/golden
+        --out /tmp/e2e_a --compare-with tests/golden
 
     # variant set B (other seed, dims and hyperparameters)
     $PY scripts/golden_gen/generate_e2e.py --out tests/golden_extra --seed 70417

@@ -316,6 +316,7 @@ pub(super) fn lookup(key: &str) -> Option<Kernel> {
 #[cfg(test)]
 mod tests {
     use super::super::{COMPILED_ON, RECORD};
+    use crate::learn::NonTemporal::Zero;
     use crate::learn::{compile, Algorithm, DRtrl, Model, ModelState, PpProp, Reduction};
     use crate::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
     use crate::ops::Surrogate;
@@ -364,8 +365,12 @@ mod tests {
     fn bench_models(n_rec: usize, batch: usize) -> Vec<(String, Vec<u64>)> {
         let algos = || -> [(&str, Algorithm); 2] {
             [
-                ("d_rtrl", DRtrl::default().into()),
-                ("pp_prop", PpProp::new(0.95).expect("decay").into()),
+                // As bench_learn runs them (braintrace's zeros).
+                ("d_rtrl", DRtrl::default().non_temporal(Zero).into()),
+                (
+                    "pp_prop",
+                    PpProp::new(0.95).expect("decay").non_temporal(Zero).into(),
+                ),
             ]
         };
         let mut out = Vec::new();

@@ -21,15 +21,17 @@ pub enum VjpMethod {
 /// hidden state (a readout, the GRU's `Wr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NonTemporal {
-    /// Exactly zero, as braintrace 0.2.6 does (parity; the default).
-    #[default]
+    /// Exactly zero, as braintrace 0.2.6 does (which lists it as a known
+    /// limitation): such parameters never learn. Set it explicitly to
+    /// compare numbers with braintrace.
     Zero,
-    /// Their in-step gradient `∂L_t/∂θ` with `h_{t-1}` held fixed. For a
-    /// readout this is its exact gradient; for a weight that reaches the
-    /// hidden state only through another weight (the GRU's `Wr`) it is the
-    /// instantaneous part of it. Choose it when such parameters must learn
-    /// too — typically always when training, since a readout that never
-    /// learns caps what the network can do.
+    /// Their in-step gradient `∂L_t/∂θ` with `h_{t-1}` held fixed (the
+    /// default). For a readout this is its exact gradient; for a weight that
+    /// reaches the hidden state only through another weight (the GRU's
+    /// `Wr`) it is the instantaneous part of it. The default because a
+    /// readout that never learns caps what the network can do (a vanilla
+    /// RNN on a recall task: 85% with `Zero`, 100% with `InStep`).
+    #[default]
     InStep,
 }
 
@@ -52,7 +54,7 @@ impl Default for DRtrl {
     fn default() -> Self {
         DRtrl {
             vjp_method: VjpMethod::SingleStep,
-            non_temporal: NonTemporal::Zero,
+            non_temporal: NonTemporal::InStep,
             fast_paths: true,
         }
     }
@@ -120,7 +122,7 @@ impl PpProp {
             decay_x,
             decay_f,
             vjp_method: VjpMethod::SingleStep,
-            non_temporal: NonTemporal::Zero,
+            non_temporal: NonTemporal::InStep,
             fast_paths: true,
         })
     }

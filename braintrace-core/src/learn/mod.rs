@@ -24,6 +24,7 @@ mod compiler;
 mod diagnostics;
 mod fast;
 mod learner;
+mod nonfinite;
 mod pp_fast;
 mod program;
 mod state;
@@ -34,7 +35,9 @@ pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
 pub use fast::{fused_kernels, FusedKernel, FusedKind};
 pub use learner::{compile, EtraceGrads, Learner};
+pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
 pub use state::{
-    join_path, step_values, HiddenInfo, Init, Model, ModelState, ParamInfo, StepCtx, TensorDict,
+    float_dtype, float_input, join_path, step_values, HiddenInfo, Init, Model, ModelState,
+    ParamInfo, StepCtx, TensorDict,
 };

@@ -233,22 +233,61 @@ fn find<'s>(
     })
 }
 
-/// Replace `slot` by `value` cast to `dtype`, refusing a change of shape.
+/// The dtype rule of every entry point that takes a float tensor from the
+/// user (a step's input, a parameter, a hidden state, a gradient): `f32`
+/// and `f64` are accepted (and cast to the model's dtype); integer and bool
+/// tensors are refused with this one [`Error::DType`] naming `op` and the
+/// argument `what`.
+///
+/// ```
+/// use braintrace_core::learn::float_dtype;
+/// use braintrace_core::DType;
+/// assert!(float_dtype("ModelState::advance", "input `x`", DType::F64).is_ok());
+/// let e = float_dtype("ModelState::advance", "input `x`", DType::I64).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "ModelState::advance: dtype mismatch: input `x` is i64; expected a float tensor (f32 or f64, cast to the model's dtype)"
+/// );
+/// ```
+pub fn float_dtype(op: &str, what: &str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            op,
+            format!(
+                "{what} is {dtype}; expected a float tensor (f32 or f64, cast to the model's dtype)"
+            ),
+        ))
+    }
+}
+
+/// `x` cast to `dtype` under the rule of [`float_dtype`].
+pub fn float_input(op: &str, what: &str, x: &Tensor, dtype: DType) -> Result<Tensor> {
+    float_dtype(op, what, x.dtype())?;
+    x.cast(dtype)
+}
+
+/// Replace `slot` by `value` cast to `dtype`, refusing a change of shape, a
+/// non-float dtype and a NaN or an infinity.
 fn replace_checked(
     slot: &mut Tensor,
     value: &Tensor,
     dtype: DType,
     op: &str,
     what: &str,
+    key: &str,
 ) -> Result<()> {
     if value.shape() != slot.shape() {
         return Err(Error::shape(
             op,
             format!("new {:?} vs {:?}", value.shape(), slot.shape()),
-            format!("{what} keeps its shape"),
+            format!("{what} `{key}` keeps its shape"),
         ));
     }
-    *slot = value.cast(dtype)?;
+    let value = float_input(op, &format!("{what} `{key}`"), value, dtype)?;
+    super::check_finite(op, what, key, &value)?;
+    *slot = value;
     Ok(())
 }
 
@@ -353,16 +392,18 @@ impl ModelState {
     pub fn param(&self, key: &str) -> Result<&Tensor> {
         Ok(&self.param_values[self.param_index(key)?])
     }
-    /// Replace parameter `key` (same shape; cast to the state's dtype).
+    /// Replace parameter `key` (same shape, a float dtype, cast to the
+    /// state's dtype; NaN and infinities are refused). Nothing changes on
+    /// error.
     pub fn set_param(&mut self, key: &str, value: &Tensor) -> Result<()> {
         let i = self.param_index(key)?;
-        let what = format!("parameter `{key}`");
         replace_checked(
             &mut self.param_values[i],
             value,
             self.dtype,
             "ModelState::set_param",
-            &what,
+            "parameter",
+            key,
         )
     }
     /// Replace several parameters at once; nothing changes if any is wrong.
@@ -386,16 +427,18 @@ impl ModelState {
     pub fn hidden_value(&self, path: &str) -> Result<&Tensor> {
         Ok(&self.hidden_values[self.hidden_index(path)?])
     }
-    /// Replace hidden state `path` (same shape; cast to the state's dtype).
+    /// Replace hidden state `path` (same shape, a float dtype, cast to the
+    /// state's dtype; NaN and infinities are refused). Nothing changes on
+    /// error.
     pub fn set_hidden(&mut self, path: &str, value: &Tensor) -> Result<()> {
         let i = self.hidden_index(path)?;
-        let what = format!("hidden state `{path}`");
         replace_checked(
             &mut self.hidden_values[i],
             value,
             self.dtype,
             "ModelState::set_hidden",
-            &what,
+            "hidden state",
+            path,
         )
     }
     /// Replace every hidden value (declaration order), as returned by a step.
@@ -404,7 +447,9 @@ impl ModelState {
         self.hidden_values = values;
     }
     /// Reset every hidden state to zeros, with a leading batch axis of size
-    /// `batch` when given.
+    /// `batch` when given. A batch of 0, or one whose states do not fit in
+    /// memory ([`Error::Allocation`] naming the state), is an error, and
+    /// nothing changes.
     pub fn reset_hidden(&mut self, batch: Option<usize>) -> Result<()> {
         if batch == Some(0) {
             return Err(Error::invalid(
@@ -412,29 +457,33 @@ impl ModelState {
                 "the batch size must be at least 1",
             ));
         }
-        self.batch = batch;
-        self.hidden_values = self
+        let values = self
             .hidden
             .iter()
-            .map(|h| Tensor::full(&self.full_shape(&h.shape), h.fill, self.dtype))
-            .collect();
+            .map(|h| {
+                let mut shape: Vec<usize> = batch.into_iter().collect();
+                shape.extend_from_slice(&h.shape);
+                let op = format!("ModelState::reset_hidden: hidden state `{}`", h.path);
+                Tensor::try_full(&op, &shape, h.fill, self.dtype)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.batch = batch;
+        self.hidden_values = values;
         Ok(())
     }
-    fn full_shape(&self, shape: &[usize]) -> Vec<usize> {
-        let mut s: Vec<usize> = self.batch.into_iter().collect();
-        s.extend_from_slice(shape);
-        s
-    }
     /// Run one step of `model` eagerly: the output and the new hidden values
-    /// (the state itself is not changed).
+    /// (the state itself is not changed). `x` follows the rule of
+    /// [`float_dtype`]: a float input is cast to the state's dtype, an
+    /// integer or bool one is refused.
     pub fn step<M: Model + ?Sized>(&self, model: &M, x: &Tensor) -> Result<(Tensor, Vec<Tensor>)> {
+        let x = float_input("ModelState::step", "input `x`", x, self.dtype)?;
         step_values(
             model,
             &self.params,
             &self.param_values,
             &self.hidden,
             &self.hidden_values,
-            x,
+            &x,
         )
     }
     /// Run one step and keep the new hidden values; returns the output.

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 pub use crate::random::Rng;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{byte_size, DType, Tensor};
 
 /// How a parameter is initialised.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,20 +39,42 @@ impl Initializer {
     pub fn orthogonal() -> Self {
         Initializer::Orthogonal { scale: 1.0 }
     }
-    /// Draw a tensor of `shape` and `dtype`.
+    /// Draw a tensor of `shape` and `dtype` (errors name `Initializer::draw`;
+    /// see [`Initializer::try_draw`]).
     pub fn draw(&self, shape: &[usize], dtype: DType, rng: &mut Rng) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        let data: Vec<f64> = match *self {
-            Initializer::Zeros => vec![0.0; n],
-            Initializer::Constant(c) => vec![c; n],
-            Initializer::Normal { std } => (0..n).map(|_| std * rng.normal()).collect(),
+        self.try_draw("Initializer::draw", shape, dtype, rng)
+    }
+    /// Draw a tensor of `shape` and `dtype`, or an [`Error::Allocation`]
+    /// naming `op` (a layer and its parameter) when the draw cannot be held
+    /// in memory; that is decided before any memory is taken or written.
+    pub fn try_draw(
+        &self,
+        op: &str,
+        shape: &[usize],
+        dtype: DType,
+        rng: &mut Rng,
+    ) -> Result<Tensor> {
+        // The draw is made in f64 and then cast: the f64 buffer is the
+        // larger, and the cast needs room for its result besides.
+        let (n, _) = byte_size(op, shape, DType::F64)?;
+        byte_size(op, shape, dtype)?;
+        let mut data: Vec<f64> = Vec::new();
+        data.try_reserve_exact(n)
+            .map_err(|_| Error::allocation(op, shape, n, DType::F64.size_bytes()))?;
+        match *self {
+            Initializer::Zeros => data.resize(n, 0.0),
+            Initializer::Constant(c) => data.resize(n, c),
+            Initializer::Normal { std } => data.extend((0..n).map(|_| std * rng.normal())),
             Initializer::KaimingNormal { scale } => {
                 let fan_in = shape.first().copied().unwrap_or(1).max(1) as f64;
                 let std = (scale / fan_in).sqrt();
-                (0..n).map(|_| std * rng.normal()).collect()
+                data.extend((0..n).map(|_| std * rng.normal()));
             }
-            Initializer::Orthogonal { scale } => orthogonal(shape, scale, rng)?,
-        };
+            Initializer::Orthogonal { scale } => {
+                drop(data);
+                data = orthogonal(shape, scale, rng)?;
+            }
+        }
         Tensor::from_vec(data, shape)?.cast(dtype)
     }
 }

@@ -63,10 +63,19 @@ fn tensor_bytes(op: &str, key: &str, t: &Tensor) -> Result<(Dtype, Vec<u8>)> {
 
 /// Serialise tensors keyed by path to safetensors bytes.
 pub fn params_to_bytes(params: &TensorDict) -> Result<Vec<u8>> {
-    const OP: &str = "params_to_bytes";
+    to_bytes_with("params_to_bytes", params, None)
+}
+
+/// Serialise tensors keyed by path, with a metadata header, naming `op` in
+/// errors.
+pub(crate) fn to_bytes_with(
+    op: &str,
+    params: &TensorDict,
+    metadata: Option<std::collections::HashMap<String, String>>,
+) -> Result<Vec<u8>> {
     let mut owned = Vec::with_capacity(params.len());
     for (k, t) in params {
-        let (dt, bytes) = tensor_bytes(OP, k, t)?;
+        let (dt, bytes) = tensor_bytes(op, k, t)?;
         owned.push((k.as_str(), dt, t.shape().to_vec(), bytes));
     }
     let views = owned
@@ -74,10 +83,10 @@ pub fn params_to_bytes(params: &TensorDict) -> Result<Vec<u8>> {
         .map(|(k, dt, shape, bytes)| {
             TensorView::new(*dt, shape.clone(), bytes)
                 .map(|v| (*k, v))
-                .map_err(|e| Error::invalid(OP, format!("`{k}`: {e}")))
+                .map_err(|e| Error::invalid(op, format!("`{k}`: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, None).map_err(|e| Error::invalid(OP, e.to_string()))
+    safetensors::serialize(views, metadata).map_err(|e| Error::invalid(op, e.to_string()))
 }
 
 fn read_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
@@ -90,9 +99,19 @@ fn read_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> 
 /// Read tensors keyed by path from safetensors bytes (dtypes `F32`, `F64`,
 /// `I64`, `BOOL`).
 pub fn params_from_bytes(bytes: &[u8]) -> Result<TensorDict> {
-    const OP: &str = "params_from_bytes";
+    from_bytes_with("params_from_bytes", bytes).map(|(t, _)| t)
+}
+
+/// Read tensors keyed by path and the metadata header, naming `op` in errors.
+pub(crate) fn from_bytes_with(
+    op: &str,
+    bytes: &[u8],
+) -> Result<(TensorDict, std::collections::HashMap<String, String>)> {
+    let (_, meta) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| Error::invalid(op, format!("not a safetensors buffer: {e}")))?;
+    let meta = meta.metadata().clone().unwrap_or_default();
     let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| Error::invalid(OP, format!("not a safetensors buffer: {e}")))?;
+        .map_err(|e| Error::invalid(op, format!("not a safetensors buffer: {e}")))?;
     let mut out = TensorDict::new();
     for (name, view) in st.tensors() {
         let shape = view.shape().to_vec();
@@ -104,15 +123,15 @@ pub fn params_from_bytes(bytes: &[u8]) -> Result<TensorDict> {
             Dtype::BOOL => Tensor::from_vec_typed(data.iter().map(|&b| b != 0).collect(), &shape),
             other => {
                 return Err(Error::dtype(
-                    OP,
+                    op,
                     format!("`{name}` has dtype {other:?}; only F32, F64, I64 and BOOL are read"),
                 ))
             }
         }
-        .map_err(|e| Error::invalid(OP, format!("`{name}`: {e}")))?;
+        .map_err(|e| Error::invalid(op, format!("`{name}`: {e}")))?;
         out.insert(name, t);
     }
-    Ok(out)
+    Ok((out, meta))
 }
 
 /// Write tensors keyed by path to a safetensors file.

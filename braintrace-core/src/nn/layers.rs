@@ -1,7 +1,7 @@
 //! Rate layers: `Linear`, `GruCell`, `LeakyRateReadout`, `ElementWiseParam`.
 
 use super::init::Initializer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::etp::ElemFn;
 use crate::learn::{join_path, Init, Model, StepCtx};
 use crate::prims::{element_wise, matmul, Transforms};
@@ -67,11 +67,13 @@ impl Linear {
 
 impl Model for Linear {
     fn init(&self, init: &mut Init) -> Result<()> {
-        let dt = init.dtype();
-        let w = self.w_init.draw(&[self.n_in, self.n_out], dt, init.rng())?;
+        let op = layer_op("Linear", &self.path);
+        size_at_least_one(&op, "n_in", self.n_in)?;
+        size_at_least_one(&op, "n_out", self.n_out)?;
+        let w = draw(init, &op, "weight", &self.w_init, &[self.n_in, self.n_out])?;
         init.param(&self.state_path(), Some("weight"), w)?;
         if self.bias {
-            let b = self.b_init.draw(&[self.n_out], dt, init.rng())?;
+            let b = draw(init, &op, "bias", &self.b_init, &[self.n_out])?;
             init.param(&self.state_path(), Some("bias"), b)?;
         }
         Ok(())
@@ -89,6 +91,50 @@ impl Model for Linear {
         };
         matmul(x, &w, b.as_ref(), &t)
     }
+}
+
+/// `Layer `path``: how a layer's errors name it.
+pub(crate) fn layer_op(layer: &str, path: &str) -> String {
+    format!("{layer} `{path}`")
+}
+
+/// A size of a layer, which must be at least 1 (a layer of 0 units traces
+/// and trains, but learns nothing).
+pub(crate) fn size_at_least_one(op: &str, name: &str, v: usize) -> Result<()> {
+    if v == 0 {
+        return Err(Error::invalid(
+            op,
+            format!("{name} must be at least 1, got 0"),
+        ));
+    }
+    Ok(())
+}
+
+/// A decay per step `exp(−dt/τ)`, which must lie in (0, 1): 1 or more means
+/// a negative or infinite time constant (or a step of 0 or less), 0 a time
+/// constant of 0, NaN one that is not a number.
+pub(crate) fn decay_open(op: &str, name: &str, decay: f64) -> Result<()> {
+    if decay > 0.0 && decay < 1.0 {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "{name} = exp(-dt/tau) must be in (0, 1), got {decay} (tau and dt must be finite and > 0)"
+        ),
+    ))
+}
+
+/// Draw the parameter `what` of the layer `op` (allocation errors name both).
+fn draw(
+    init: &mut Init,
+    op: &str,
+    what: &str,
+    how: &Initializer,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let dt = init.dtype();
+    how.try_draw(&format!("{op}: {what}"), shape, dt, init.rng())
 }
 
 /// Concatenate on the last axis.
@@ -121,7 +167,7 @@ impl GruCell {
     /// A GRU cell with `n_in` inputs and `n_rec` hidden units.
     pub fn new(path: &str, n_in: usize, n_rec: usize) -> Self {
         let lin = |name: &str| {
-            Linear::new(&join_path(path, name), n_in + n_rec, n_rec)
+            Linear::new(&join_path(path, name), n_in.saturating_add(n_rec), n_rec)
                 .with_init(Initializer::orthogonal())
         };
         GruCell {
@@ -140,6 +186,7 @@ impl GruCell {
 
 impl Model for GruCell {
     fn init(&self, init: &mut Init) -> Result<()> {
+        size_at_least_one(&layer_op("GruCell", &self.path), "n_rec", self.n_rec)?;
         self.wz.init(init)?;
         self.wr.init(init)?;
         self.wh.init(init)?;
@@ -202,9 +249,11 @@ impl LeakyRateReadout {
 
 impl Model for LeakyRateReadout {
     fn init(&self, init: &mut Init) -> Result<()> {
-        let w = self
-            .w_init
-            .draw(&[self.n_in, self.n_out], init.dtype(), init.rng())?;
+        let op = layer_op("LeakyRateReadout", &self.path);
+        size_at_least_one(&op, "n_in", self.n_in)?;
+        size_at_least_one(&op, "n_out", self.n_out)?;
+        decay_open(&op, "decay", self.decay)?;
+        let w = draw(init, &op, "W", &self.w_init, &[self.n_in, self.n_out])?;
         init.param(&self.weight_key(), None, w)?;
         init.hidden(&self.hidden_path(), &[self.n_out])
     }
@@ -251,7 +300,11 @@ impl ElementWiseParam {
 
 impl Model for ElementWiseParam {
     fn init(&self, init: &mut Init) -> Result<()> {
-        let w = self.init.draw(&self.shape, init.dtype(), init.rng())?;
+        let op = layer_op("ElementWiseParam", &self.path);
+        for (i, &d) in self.shape.iter().enumerate() {
+            size_at_least_one(&op, &format!("dimension {i} of {:?}", self.shape), d)?;
+        }
+        let w = draw(init, &op, "weight", &self.init, &self.shape)?;
         init.param(&self.path, None, w)
     }
     fn step(&self, ctx: &mut StepCtx, _x: &Tensor) -> Result<Tensor> {

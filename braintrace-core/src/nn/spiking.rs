@@ -1,8 +1,9 @@
 //! Spiking layers: an exponential synapse and a current-based LIF cell with
 //! recurrent spikes, soft reset and a surrogate spike gradient.
 
-use super::layers::{cat_last, Linear};
+use super::layers::{cat_last, decay_open, layer_op, size_at_least_one, Linear};
 use super::snn::SpikeReset;
+use crate::error::Error;
 use crate::error::Result;
 use crate::learn::{join_path, Init, Model, StepCtx};
 use crate::ops::Surrogate;
@@ -36,6 +37,9 @@ impl ExpSynapse {
 
 impl Model for ExpSynapse {
     fn init(&self, init: &mut Init) -> Result<()> {
+        let op = layer_op("ExpSynapse", &self.path);
+        size_at_least_one(&op, "n", self.n)?;
+        decay_open(&op, "decay", self.decay)?;
         init.hidden(&self.hidden_path(), &[self.n])
     }
     fn step(&self, ctx: &mut StepCtx, input: &Tensor) -> Result<Tensor> {
@@ -84,7 +88,7 @@ impl LifCell {
     pub fn new(path: &str, n_in: usize, n_rec: usize, beta: f64, gamma: f64, v_th: f64) -> Self {
         LifCell {
             path: path.to_string(),
-            rec: Linear::new(&join_path(path, "rec"), n_in + n_rec, n_rec),
+            rec: Linear::new(&join_path(path, "rec"), n_in.saturating_add(n_rec), n_rec),
             n_rec,
             beta,
             gamma,
@@ -105,6 +109,25 @@ impl LifCell {
 
 impl Model for LifCell {
     fn init(&self, init: &mut Init) -> Result<()> {
+        let op = layer_op("LifCell", &self.path);
+        size_at_least_one(&op, "n_rec", self.n_rec)?;
+        // β = 1 (no leak, an integrate-and-fire neuron) and γ = 0 (a
+        // current that lasts one step) are models too; outside [0, 1] the
+        // state grows without bound or flips sign every step.
+        for (name, d) in [("beta", self.beta), ("gamma", self.gamma)] {
+            if !(0.0..=1.0).contains(&d) {
+                return Err(Error::invalid(
+                    &op,
+                    format!("the decay {name} must be in [0, 1], got {d}"),
+                ));
+            }
+        }
+        if !self.v_th.is_finite() {
+            return Err(Error::invalid(
+                &op,
+                format!("the threshold v_th must be finite, got {}", self.v_th),
+            ));
+        }
         self.rec.init(init)?;
         init.hidden(&self.current_path(), &[self.n_rec])?;
         init.hidden(&self.voltage_path(), &[self.n_rec])

@@ -60,6 +60,59 @@ macro_rules! map_float2 {
     };
 }
 
+/// The most memory one array may take: the machine's RAM plus swap (read
+/// once from `/proc/meminfo` on Linux), else `isize::MAX` bytes. A request
+/// above it is refused before any memory is touched: the OS might grant it
+/// (overcommit), and then filling it would swap for minutes or end the
+/// process.
+pub fn memory_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let kib = |text: &str, key: &str| -> Option<usize> {
+            let line = text.lines().find(|l| l.starts_with(key))?;
+            line[key.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<usize>()
+                .ok()
+        };
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| {
+                let total = kib(&t, "MemTotal:")?;
+                let swap = kib(&t, "SwapTotal:").unwrap_or(0);
+                total.checked_add(swap)?.checked_mul(1024)
+            })
+            .filter(|&b| b > 0)
+            .map_or(isize::MAX as usize, |b| b.min(isize::MAX as usize))
+    })
+}
+
+/// The element count and byte size of an array of `shape` and `dtype`, or
+/// an [`Error::Allocation`] naming `op` when the bytes overflow or exceed
+/// [`memory_limit`] (an [`Error::Shape`] when no array can have the shape).
+pub(crate) fn byte_size(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
+    let n = super::checked_size(op, shape)?;
+    let over = |bytes: String| Error::Allocation {
+        op: op.to_string(),
+        shape: shape.into(),
+        elements: n,
+        bytes,
+    };
+    let bytes = n
+        .checked_mul(dtype.size_bytes())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| over("more than isize::MAX bytes".into()))?;
+    let limit = memory_limit();
+    if bytes > limit {
+        return Err(over(format!(
+            "{bytes} bytes, more than this machine's memory of {limit} bytes"
+        )));
+    }
+    Ok((n, bytes))
+}
+
 impl ArrayData {
     /// The dtype of this data.
     pub fn dtype(&self) -> DType {
@@ -84,16 +137,12 @@ impl ArrayData {
         Self::full(shape, 0.0, dtype)
     }
     /// Zeros of a shape and dtype, or an error naming `op` when no array can
-    /// have that shape (see [`checked_size`](super::checked_size)) or its
-    /// memory cannot be allocated (the allocation is fallible, not an abort).
+    /// have that shape (see [`checked_size`](super::checked_size)), its byte
+    /// size exceeds [`memory_limit`], or its memory is refused (the
+    /// allocation is fallible, not an abort).
     pub fn try_zeros(op: &str, shape: &[usize], dtype: DType) -> Result<Self> {
-        let n = super::checked_size(op, shape)?;
+        let (n, _) = byte_size(op, shape, dtype)?;
         let too_big = || Error::allocation(op, shape, n, dtype.size_bytes());
-        if n.checked_mul(dtype.size_bytes())
-            .is_none_or(|b| b > isize::MAX as usize)
-        {
-            return Err(too_big());
-        }
         fn zeros<T: Clone + Default>(n: usize, shape: &[usize]) -> Option<ArrayD<T>> {
             // Try the reservation first (a refusal is an error, not an
             // abort), give it back, then take zeroed memory from the
@@ -112,21 +161,42 @@ impl ArrayData {
         }
         .ok_or_else(too_big)
     }
-    /// Whether an array of `shape` and `dtype` can be allocated: an error
-    /// naming `op` when no array can have the shape, its byte size overflows,
-    /// or (for more than 1 GiB) the memory is refused. Kernels that build a
-    /// result of a user-given shape through ndarray (whose allocation would
-    /// abort the process on failure) call this first.
-    pub fn check_alloc(op: &str, shape: &[usize], dtype: DType) -> Result<()> {
-        let n = super::checked_size(op, shape)?;
+    /// A constant of a shape and dtype, or an error naming `op` as
+    /// [`ArrayData::try_zeros`] gives one. Every element is written, so the
+    /// size is refused before any memory is touched.
+    pub fn try_full(op: &str, shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
+        if value == 0.0 {
+            return Self::try_zeros(op, shape, dtype);
+        }
+        let (n, _) = byte_size(op, shape, dtype)?;
         let too_big = || Error::allocation(op, shape, n, dtype.size_bytes());
-        let bytes = n
-            .checked_mul(dtype.size_bytes())
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(too_big)?;
+        fn full<T: Clone>(n: usize, shape: &[usize], v: T) -> Option<ArrayD<T>> {
+            let mut data: Vec<T> = Vec::new();
+            data.try_reserve_exact(n).ok()?;
+            data.resize(n, v);
+            ArrayD::from_shape_vec(IxDyn(shape), data).ok()
+        }
+        match dtype {
+            DType::F32 => full(n, shape, value as f32).map(ArrayData::F32),
+            DType::F64 => full(n, shape, value).map(ArrayData::F64),
+            DType::I64 => full(n, shape, value as i64).map(ArrayData::I64),
+            DType::Bool => full(n, shape, value != 0.0).map(ArrayData::Bool),
+        }
+        .ok_or_else(too_big)
+    }
+    /// Whether an array of `shape` and `dtype` can be allocated: an error
+    /// naming `op` when no array can have the shape, its byte size overflows
+    /// or exceeds [`memory_limit`], or (for more than 1 GiB) the memory is
+    /// refused. Kernels that build a result of a user-given shape through
+    /// ndarray (whose allocation would abort the process on failure) call
+    /// this first.
+    pub fn check_alloc(op: &str, shape: &[usize], dtype: DType) -> Result<()> {
+        let (n, bytes) = byte_size(op, shape, dtype)?;
         if bytes > 1 << 30 {
             let mut probe: Vec<u8> = Vec::new();
-            probe.try_reserve_exact(bytes).map_err(|_| too_big())?;
+            probe
+                .try_reserve_exact(bytes)
+                .map_err(|_| Error::allocation(op, shape, n, dtype.size_bytes()))?;
         }
         Ok(())
     }

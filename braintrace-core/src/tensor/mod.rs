@@ -7,7 +7,8 @@ mod dtype;
 mod inplace;
 mod layout;
 
-pub use data::{ArrayData, Element};
+pub(crate) use data::byte_size;
+pub use data::{memory_limit, ArrayData, Element};
 pub(crate) use dtype::same_shape;
 pub use dtype::{checked_size, saturating_size, Aval, DType};
 pub use inplace::ArrayElement;
@@ -86,32 +87,56 @@ impl Tensor {
     }
     /// Zeros of a shape and dtype.
     ///
-    /// Infallible: the shape must be one an array can have (see
-    /// [`checked_size`]) and fit in memory; for a shape that comes from user
-    /// input use [`Tensor::try_zeros`].
+    /// Infallible, for shapes the program itself knows can be held: for a
+    /// shape that comes from user input use [`Tensor::try_zeros`], which
+    /// returns an [`Error::Allocation`] instead.
+    ///
+    /// # Panics
+    ///
+    /// When no array can have the shape (see [`checked_size`]) or its byte
+    /// size exceeds [`memory_limit`], with a message naming the shape and the
+    /// bytes (a panic that unwinds, where the allocation itself would abort
+    /// the process).
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        fits_or_panic("Tensor::zeros", shape, dtype);
         Tensor::from_data(ArrayData::zeros(shape, dtype))
     }
     /// Zeros of a shape and dtype, or an error naming `op` when no array can
-    /// have that shape (see [`checked_size`]) or its memory cannot be
-    /// allocated.
+    /// have that shape (see [`checked_size`]), its byte size exceeds
+    /// [`memory_limit`] or its memory cannot be allocated.
     ///
     /// ```
-    /// use braintrace_core::{DType, Tensor};
+    /// use braintrace_core::{DType, Error, Tensor};
     /// assert_eq!(Tensor::try_zeros("init", &[2, 3], DType::F32)?.shape(), &[2, 3]);
     /// assert!(Tensor::try_zeros("init", &[1 << 62, 4], DType::F32).is_err());
+    /// let e = Tensor::try_zeros("init", &[1_000_000, 1_000_000], DType::F32).unwrap_err();
+    /// assert!(matches!(e, Error::Allocation { .. }), "{e}");
     /// # Ok::<(), braintrace_core::Error>(())
     /// ```
     pub fn try_zeros(op: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         ArrayData::try_zeros(op, shape, dtype).map(Tensor::from_data)
     }
-    /// Ones of a shape and dtype.
+    /// Ones of a shape and dtype (infallible; panics as [`Tensor::zeros`]
+    /// does; [`Tensor::try_ones`] for a shape from user input).
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        fits_or_panic("Tensor::ones", shape, dtype);
         Tensor::from_data(ArrayData::full(shape, 1.0, dtype))
     }
-    /// A constant of a shape and dtype.
+    /// Ones of a shape and dtype, or an error as [`Tensor::try_zeros`] gives.
+    pub fn try_ones(op: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::try_full(op, shape, 1.0, dtype)
+    }
+    /// A constant of a shape and dtype (infallible; panics as
+    /// [`Tensor::zeros`] does; [`Tensor::try_full`] for a shape from user
+    /// input).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+        fits_or_panic("Tensor::full", shape, dtype);
         Tensor::from_data(ArrayData::full(shape, value, dtype))
+    }
+    /// A constant of a shape and dtype, or an error as [`Tensor::try_zeros`]
+    /// gives (refused before any memory is written).
+    pub fn try_full(op: &str, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+        ArrayData::try_full(op, shape, value, dtype).map(Tensor::from_data)
     }
     /// A 0-d `f64` tensor.
     pub fn scalar(value: f64) -> Tensor {
@@ -253,6 +278,16 @@ impl fmt::Display for Tensor {
 impl<T: Element> From<ArrayD<T>> for Tensor {
     fn from(a: ArrayD<T>) -> Self {
         Tensor::from_array(a)
+    }
+}
+
+/// The panic of the infallible constructors for a shape no array can have
+/// or no machine memory holds (checked without allocating, so their cost
+/// is a few multiplications).
+#[track_caller]
+fn fits_or_panic(op: &str, shape: &[usize], dtype: DType) {
+    if let Err(e) = data::byte_size(op, shape, dtype) {
+        panic!("{e} (use the fallible `try_` constructor for a size from user input)");
     }
 }
 
