@@ -163,6 +163,17 @@ impl<'a> StepCtx<'a> {
             new_hidden: vec![None; hidden.len()],
         }
     }
+    /// The parameter declarations and their values, in declaration order
+    /// (for a binding that hands the step to code that cannot borrow the
+    /// context, such as a model written in Python).
+    pub fn params(&self) -> (&'a [ParamInfo], &'a [Tensor]) {
+        (self.params, self.param_values)
+    }
+    /// The hidden-state declarations and their old values, in declaration
+    /// order.
+    pub fn hidden_states(&self) -> (&'a [HiddenInfo], &'a [Tensor]) {
+        (self.hidden, self.hidden_values)
+    }
     /// The value of the parameter leaf `key` (`rnn/Wz/weight/weight`).
     pub fn param(&self, key: &str) -> Result<Tensor> {
         let i = find(
@@ -404,18 +415,21 @@ impl ModelState {
                 "the batch size must be at least 1",
             ));
         }
-        self.batch = batch;
-        self.hidden_values = self
+        // Fallible allocation (a huge batch or state is an error, not an
+        // abort); nothing changes on error.
+        let mut s: Vec<usize> = batch.into_iter().collect();
+        let values = self
             .hidden
             .iter()
-            .map(|h| Tensor::zeros(&self.full_shape(&h.shape), self.dtype))
-            .collect();
+            .map(|h| {
+                s.truncate(usize::from(batch.is_some()));
+                s.extend_from_slice(&h.shape);
+                Tensor::try_zeros("reset_hidden", &s, self.dtype)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.batch = batch;
+        self.hidden_values = values;
         Ok(())
-    }
-    fn full_shape(&self, shape: &[usize]) -> Vec<usize> {
-        let mut s: Vec<usize> = self.batch.into_iter().collect();
-        s.extend_from_slice(shape);
-        s
     }
     /// Run one step of `model` eagerly: the output and the new hidden values
     /// (the state itself is not changed).

@@ -66,6 +66,9 @@ impl Initializer {
     }
     /// Draw a tensor of `shape` and `dtype`.
     pub fn draw(&self, shape: &[usize], dtype: DType, rng: &mut Rng) -> Result<Tensor> {
+        // The values are built in f64 first: a shape too large for that is
+        // an error here, not an aborted process.
+        crate::tensor::ArrayData::check_alloc("Initializer::draw", shape, DType::F64)?;
         let n: usize = shape.iter().product();
         let data: Vec<f64> = match *self {
             Initializer::Zeros => vec![0.0; n],
