@@ -11,6 +11,7 @@ use braintrace_core::prims::{element_wise, matmul, Transforms};
 use braintrace_core::{DType, Surrogate, Tensor};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 /// A tensor: concrete data, or a symbolic value while a step or loss is
 /// traced. Arithmetic works with tensors, numpy arrays and Python numbers.
@@ -164,8 +165,8 @@ impl PyTensor {
     }
     /// The shape, as a tuple.
     #[getter]
-    fn shape(&self) -> Vec<usize> {
-        self.t.shape().to_vec()
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.t.shape())
     }
     /// The number of axes.
     #[getter]
