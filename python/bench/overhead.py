@@ -12,8 +12,14 @@ Goals (issue 36): update overhead <= 5 us per call; etrace_grad within
 """
 
 import argparse
+import os
 import statistics
 import time
+
+# One core for the library's kernels (as bench_learn's default): the time
+# measured is this thread's.
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("MATMUL_NUM_THREADS", "1")
 
 import numpy as np
 
@@ -27,18 +33,35 @@ def learner(hidden, batch, algo):
     return bt.compile(model, a, np.zeros((batch, 16), np.float32), batch_size=batch)
 
 
+# CPU time of the process (all its threads: some kernels run on the
+# library's one pool thread): far steadier than wall time on a shared machine.
+clock = time.process_time
+
+
 def python_update(l, x, n):
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         l.update(x)
-    return time.perf_counter() - t0
+    return clock() - t0
+
+
+def rust_update(l, x, n):
+    t0 = clock()
+    _native._time_update(l, x, n)
+    return clock() - t0
 
 
 def python_etrace(l, xs, ys, n):
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         l.etrace_grad(xs, ys, "mse")
-    return time.perf_counter() - t0
+    return clock() - t0
+
+
+def rust_etrace(l, xs, ys, n):
+    t0 = clock()
+    _native._time_etrace_grad(l, xs, ys, n)
+    return clock() - t0
 
 
 def main():
@@ -59,7 +82,7 @@ def main():
             python_update(l, x, 50)
             for _ in range(rounds):
                 py_t.append(python_update(l, x, n_upd) / n_upd * 1e6)
-                rs_t.append(_native._time_update(l, x, n_upd) / n_upd * 1e6)
+                rs_t.append(rust_update(l, x, n_upd) / n_upd * 1e6)
             a, b = statistics.median(py_t), statistics.median(rs_t)
             print(f"update {algo} h32 b{batch:<10} {a:10.2f} {b:9.2f} {a - b:12.2f} {a / b:7.3f}", flush=True)
 
@@ -69,7 +92,7 @@ def main():
             py_t, rs_t = [], []
             for _ in range(rounds):
                 py_t.append(python_etrace(l, xs, ys, n_seq) / n_seq * 1e6)
-                rs_t.append(_native._time_etrace_grad(l, xs, ys, n_seq) / n_seq * 1e6)
+                rs_t.append(rust_etrace(l, xs, ys, n_seq) / n_seq * 1e6)
             a, b = statistics.median(py_t), statistics.median(rs_t)
             print(f"etrace_grad T{t_len} {algo} b{batch:<5} {a:10.1f} {b:9.1f} {a - b:12.1f} {a / b:7.3f}", flush=True)
 

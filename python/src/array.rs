@@ -21,13 +21,13 @@ pub fn tensor_in(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(t.get().t.clone());
     }
+    // `to_owned_array` copies under the GIL without taking a borrow flag
+    // (cheaper than a readonly borrow for a copy made at once).
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        let r = a.try_readonly()?;
-        return Ok(Tensor::from_array(r.as_array().to_owned()));
+        return Ok(Tensor::from_array(a.to_owned_array()));
     }
     if let Ok(a) = obj.cast::<PyArrayDyn<f64>>() {
-        let r = a.try_readonly()?;
-        return Ok(Tensor::from_array(r.as_array().to_owned()));
+        return Ok(Tensor::from_array(a.to_owned_array()));
     }
     if let Ok(a) = obj.cast::<PyUntypedArray>() {
         return Err(PyTypeError::new_err(format!(

@@ -76,8 +76,9 @@ fn decay_of(v: &Bound<'_, PyAny>) -> PyResult<f64> {
     if v.is_instance_of::<pyo3::types::PyInt>() {
         rank_decay(v.extract()?).py()
     } else {
-        v.extract::<f64>()
-            .map_err(|_| PyTypeError::new_err("`decay_or_rank`: expected a float decay or an int rank"))
+        v.extract::<f64>().map_err(|_| {
+            PyTypeError::new_err("`decay_or_rank`: expected a float decay or an int rank")
+        })
     }
 }
 
@@ -256,7 +257,11 @@ fn reduction(r: &str) -> PyResult<Reduction> {
 impl PyLearner {
     /// One online step on `x` (one step's input): the model's output; the
     /// hidden states and traces advance. The GIL is released meanwhile.
-    fn update<'py>(&mut self, py: Python<'py>, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn update<'py>(
+        &mut self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let x = tensor_in(x, "x")?;
         let inner = &mut self.inner;
         let out = py.detach(|| inner.update(&x)).map_err(to_py)?;
@@ -429,7 +434,12 @@ impl PyLearner {
 /// Seconds `n` calls of `learner.update(x)` take inside Rust (no Python
 /// between them): the reference of `bench/overhead.py`.
 #[pyfunction]
-pub fn _time_update(py: Python<'_>, learner: &mut PyLearner, x: &Bound<'_, PyAny>, n: usize) -> PyResult<f64> {
+pub fn _time_update(
+    py: Python<'_>,
+    learner: &mut PyLearner,
+    x: &Bound<'_, PyAny>,
+    n: usize,
+) -> PyResult<f64> {
     let x = tensor_in(x, "x")?;
     let inner = &mut learner.inner;
     py.detach(|| {

@@ -114,9 +114,10 @@ fn py_step(obj: &Py<PyAny>, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
             },
         )?;
         let out = obj.call_method1(py, "step", (c.clone_ref(py), PyTensor::new(x.clone())))?;
-        let out = out.bind(py).cast::<PyTensor>().map_err(|_| {
-            PyTypeError::new_err("Model.step must return a braintrace_rs.Tensor")
-        })?;
+        let out = out
+            .bind(py)
+            .cast::<PyTensor>()
+            .map_err(|_| PyTypeError::new_err("Model.step must return a braintrace_rs.Tensor"))?;
         let mut new = std::mem::take(&mut *lock(&c.get().new));
         new.push(Some(out.get().t.clone()));
         Ok(new)
@@ -330,14 +331,7 @@ impl Layer {
     /// A LIF cell with current `i` and voltage `v` (decays `beta`, `gamma`,
     /// threshold `v_th`), recurrent weights `rec`; returns its spikes.
     #[staticmethod]
-    fn lif(
-        in_size: usize,
-        out_size: usize,
-        beta: f64,
-        gamma: f64,
-        v_th: f64,
-        name: &str,
-    ) -> Layer {
+    fn lif(in_size: usize, out_size: usize, beta: f64, gamma: f64, v_th: f64, name: &str) -> Layer {
         layer(
             LifCell::new(name, in_size, out_size, beta, gamma, v_th),
             "LIF",

@@ -5,8 +5,8 @@
 use crate::array::{dict_in, dict_out};
 use crate::error::{to_py, IntoPyResult};
 use crate::learner::PyLearner;
-use braintrace_core::nn::optim::{clip_grad_norm as clip_rs, Adam as AdamRs, Optimizer, Sgd};
 use braintrace_core::nn::io;
+use braintrace_core::nn::optim::{clip_grad_norm as clip_rs, Adam as AdamRs, Optimizer, Sgd};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::Mutex;
@@ -43,7 +43,12 @@ impl PySgd {
     }
     /// Update `learner`'s parameters with `grads` (a dict keyed by
     /// parameter key); nothing changes on error.
-    fn step(&self, py: Python<'_>, learner: &mut PyLearner, grads: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn step(
+        &self,
+        py: Python<'_>,
+        learner: &mut PyLearner,
+        grads: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         step_with(py, &self.inner, learner, grads)
     }
 }
@@ -65,7 +70,12 @@ impl PyAdam {
     }
     /// Update `learner`'s parameters with `grads` (a dict keyed by
     /// parameter key); nothing changes on error.
-    fn step(&self, py: Python<'_>, learner: &mut PyLearner, grads: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn step(
+        &self,
+        py: Python<'_>,
+        learner: &mut PyLearner,
+        grads: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         step_with(py, &self.inner, learner, grads)
     }
 }

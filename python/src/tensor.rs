@@ -330,9 +330,7 @@ impl PyTensor {
     /// A spike `x > 0` (0/1 in x's dtype) whose gradient is a surrogate
     /// (the library's default, arctan with sharpness 2).
     fn spike(&self) -> PyResult<PyTensor> {
-        Ok(PyTensor::new(
-            self.t.spike(Surrogate::default()).py()?,
-        ))
+        Ok(PyTensor::new(self.t.spike(Surrogate::default()).py()?))
     }
 }
 
