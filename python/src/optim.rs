@@ -89,7 +89,7 @@ pub fn clip_grad_norm<'py>(
     max_norm: f64,
 ) -> PyResult<(Bound<'py, PyDict>, f64)> {
     let g = dict_in(grads, "grads")?;
-    let (c, n) = clip_rs(&g, max_norm).py()?;
+    let (c, n) = py.detach(|| clip_rs(&g, max_norm)).py()?;
     Ok((dict_out(py, c)?, n))
 }
 

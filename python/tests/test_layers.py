@@ -41,6 +41,7 @@ NETS = {
         nn.Linear(N_IN, 6, weight_fn="softplus"), nn.LeakyRateReadout(6, 2, decay=0.5)
     ),
     "ElementWiseParam+Expon": WithDecay,
+    "Sequential(Python model, Linear)": lambda: nn.Sequential(WithDecay(), nn.Linear(5, 2, name="out")),
 }
 ALGOS = {
     "d_rtrl": lambda: bt.D_RTRL(),
@@ -114,3 +115,27 @@ def test_save_and_load_through_safetensors(tmp_path):
     for k, v in other.items():
         np.testing.assert_array_equal(b.params()[k], v)
     assert sorted(bt.load_safetensors(tmp_path / "other.safetensors")) == sorted(other)
+
+
+def test_the_gil_is_released_while_rust_computes():
+    """Another Python thread runs while a long etrace_grad computes."""
+    import threading
+
+    learner = bt.compile(nn.GRUCell(N_IN, 64), bt.D_RTRL(), np.zeros((16, N_IN)), batch_size=16)
+    xs, ys = np.ones((400, 16, N_IN)), np.zeros((400, 16, 64))
+    learner.etrace_grad(xs[:2], ys[:2])  # staged once, outside the timing
+    started, done = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        learner.etrace_grad(xs, ys)
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    started.wait()
+    count = 0
+    while not done.is_set():
+        count += 1
+    t.join()
+    assert count > 10_000, f"the main thread ran only {count} loop turns during the call"
