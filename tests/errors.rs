@@ -880,3 +880,26 @@ fn broadcast_to_an_unallocatable_shape_is_an_allocation_error() {
     assert!(matches!(e, Error::Allocation { .. }), "{e:?}");
     assert_msg("allocation bytes", &e, &["more than isize::MAX bytes"]);
 }
+
+/// Regression: a layer or batch too large to allocate (a Python user's
+/// `GRUCell(3, 1 << 20)`, or `reset_hidden` with a huge batch) aborted the
+/// process in the allocator; both are `Error::Allocation` now, and a
+/// refused reset leaves the state as it was.
+#[test]
+fn huge_parameters_and_hidden_states_are_allocation_errors() {
+    use braintrace::learn::ModelState;
+    use braintrace::nn::GruCell;
+    let e = ModelState::new(&GruCell::new("rnn", 3, 1 << 20), DType::F32, 0, None).unwrap_err();
+    assert!(
+        matches!(e, Error::Allocation { ref op, .. } if op == "Initializer::draw"),
+        "{e:?}"
+    );
+    let mut s = ModelState::new(&GruCell::new("rnn", 3, 4), DType::F32, 0, Some(2)).unwrap();
+    let e = s.reset_hidden(Some(1 << 40)).unwrap_err();
+    assert!(
+        matches!(e, Error::Allocation { ref op, .. } if op == "reset_hidden"),
+        "{e:?}"
+    );
+    assert_eq!(s.batch(), Some(2));
+    assert_eq!(s.hidden_value("rnn/h").unwrap().shape(), &[2, 4]);
+}

@@ -171,6 +171,17 @@ impl<'a> StepCtx<'a> {
             new_hidden: vec![None; hidden.len()],
         }
     }
+    /// The parameter declarations and their values, in declaration order
+    /// (for a binding that hands the step to code that cannot borrow the
+    /// context, such as a model written in Python).
+    pub fn params(&self) -> (&'a [ParamInfo], &'a [Tensor]) {
+        (self.params, self.param_values)
+    }
+    /// The hidden-state declarations and their old values, in declaration
+    /// order.
+    pub fn hidden_states(&self) -> (&'a [HiddenInfo], &'a [Tensor]) {
+        (self.hidden, self.hidden_values)
+    }
     /// The value of the parameter leaf `key` (`rnn/Wz/weight/weight`).
     pub fn param(&self, key: &str) -> Result<Tensor> {
         let i = find(

@@ -1,0 +1,41 @@
+//! `braintrace_rs._native`: the PyO3 layer over the `braintrace` library,
+//! imported by the pure-Python package `braintrace_rs` (which adds the
+//! `nn` classes with braintrace's names). The library knows nothing of
+//! Python: this crate converts arrays (`array`), maps errors in one place
+//! (`error`), wraps tensors and ops (`tensor`), models (`model`), learners
+//! (`learner`) and optimisers (`optim`).
+
+mod array;
+mod error;
+mod learner;
+mod model;
+mod optim;
+mod tensor;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<model::PyInit>()?;
+    m.add_class::<model::PyStepCtx>()?;
+    m.add_class::<model::Layer>()?;
+    m.add_class::<learner::PyAlgorithm>()?;
+    m.add_class::<learner::PyLearner>()?;
+    m.add_class::<optim::PySgd>()?;
+    m.add_class::<optim::PyAdam>()?;
+    m.add_function(wrap_pyfunction!(tensor::tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::etp_mm, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::etp_elemwise, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::concat, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::stack, m)?)?;
+    m.add_function(wrap_pyfunction!(learner::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(learner::d_rtrl, m)?)?;
+    m.add_function(wrap_pyfunction!(learner::pp_prop, m)?)?;
+    m.add_function(wrap_pyfunction!(learner::_time_update, m)?)?;
+    m.add_function(wrap_pyfunction!(learner::_time_etrace_grad, m)?)?;
+    m.add_function(wrap_pyfunction!(optim::clip_grad_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(optim::save_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(optim::load_safetensors, m)?)?;
+    Ok(())
+}
