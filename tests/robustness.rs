@@ -524,6 +524,15 @@ fn set_param_set_hidden_and_load_params_refuse_nan_and_inf() {
         )
         .unwrap_err()
     );
+    let mut params = state.params();
+    params.insert("out/weight/weight".into(), ints);
+    let e = err_of("load_params i64", || {
+        io::load_params_into(&mut state, &params)
+    });
+    assert_eq!(
+        e,
+        float_dtype("load_params", "parameter `out/weight/weight`", DType::I64).unwrap_err()
+    );
     assert_eq!(bits(&state.params()), p0);
 }
 

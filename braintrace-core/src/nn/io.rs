@@ -170,7 +170,8 @@ pub fn save_params(state: &ModelState, path: impl AsRef<Path>) -> Result<()> {
 
 /// Replace every parameter of `state` with the tensors in `params`: the keys
 /// must be exactly the state's parameter keys and the shapes must match
-/// (values are cast to the state's dtype). Nothing changes on error.
+/// (float values are cast to the state's dtype; integer and bool ones, NaN
+/// and infinities are refused). Nothing changes on error.
 pub fn load_params_into(state: &mut ModelState, params: &TensorDict) -> Result<()> {
     let own = state.params();
     let missing: Vec<&str> = own
@@ -194,13 +195,10 @@ pub fn load_params_into(state: &mut ModelState, params: &TensorDict) -> Result<(
         ));
     }
     for (k, v) in params {
-        if !v.dtype().is_float() {
-            return Err(Error::dtype(
-                "load_params",
-                format!("parameter `{k}` is {}, expected a float dtype", v.dtype()),
-            ));
-        }
+        crate::learn::float_dtype("load_params", &format!("parameter `{k}`"), v.dtype())?;
     }
+    // `set_params` casts to the state's dtype and refuses NaN and
+    // infinities, all or nothing.
     state.set_params(params)
 }
 
