@@ -24,7 +24,9 @@
 //! tests against the generic path.
 
 use crate::error::{Error, Result};
-use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params};
+use crate::etp::{
+    apply_fn, ElemFn, EtpPrimitive, ParamType, ParamValue, Params, Role, Scale, TraceKernel,
+};
 use crate::kernels::pages;
 use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, ArrayElement, Aval, DType, Tensor};
@@ -43,101 +45,51 @@ pub(crate) enum Solve {
     Before,
 }
 
-/// What a fused D-RTRL trace kernel computes; the kernel must equal the
-/// primitive's registered rules (`yw_to_w`, `xy_to_dw` or `instant_drtrl`,
-/// and the solve) for every equation it [applies](FusedKernel::applies) to.
-///
-/// Every kind reads the optional element-wise transforms of its
-/// parameters from the equation's params (`weight_fn`, `bias_fn`; LoRA's
-/// `b_fn`, `a_fn`, `bias_fn`; [`ElemFn`]s, absent or `None` for the
-/// identity): the instantaneous term of a transformed parameter's trace is
-/// scaled by the transform's derivative at the parameter, `f'(W)`, as the
-/// built-in rules do. The derivative is computed once per `etrace_grad` or
-/// `update` call. A primitive whose params use these names for anything
-/// else must not register a kernel.
+/// The kind of computation a fused kernel runs (the learner's side of a
+/// declared [`TraceKernel`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FusedKind {
-    /// Traces on the output axis, as a dense product `y = x @ f(W) + g(b)`
-    /// or an element-wise weight `y = f(w)` has them: the `weight` trace of
-    /// a primitive with an input is `(B?, I, O, S)` with
-    /// `ε[b,i,o,a] ← Σ_c D[b,o,a,c] ε[b,i,o,c] + x[b,i] Df[b,o,a] f'(W)[i,o]`,
-    /// and its gradient `∇[i,o] += Σ_{b,a} g[b,o,a] ε[b,i,o,a]`; every other
-    /// trace (a bias, or the weight of a primitive without input) is
-    /// `(B?, O, S)` with `x = 1` and the gradient shaped `(O,)`. The
-    /// parameters must have exactly these shapes (checked at compile: a
-    /// learner runs the rules for an equation whose shapes differ).
+pub(crate) enum FusedKind {
+    /// [`TraceKernel::Dense`].
     Dense,
-    /// A sparse product `y = x @ M(f(w)) + g(b)` over the fixed CSR
-    /// structure in the `sparse_mat` param ([`CsrStructure`]): the `weight`
-    /// trace is `(B?, nnz, S)` with
-    /// `ε[b,p,a] ← Σ_c D[b,col(p),a,c] ε[b,p,c] + x[b,row(p)] Df[b,col(p),a] f'(w)[p]`
-    /// and `∇[p] += Σ_{b,a} g[b,col(p),a] ε[b,p,a]`; the bias as
-    /// [`Dense`](FusedKind::Dense).
+    /// [`TraceKernel::Sparse`].
     Sparse,
-    /// A low-rank product `y = α x @ b_fn(B) @ a_fn(A) + g(b)` (`B (I, r)`
-    /// under `lora_b`, `A (r, O)` under `lora_a`, the scale in the `alpha`
-    /// param): the `lora_b` trace is the effective weight's, `(B?, I, O, S)`,
-    /// updated as [`Dense`](FusedKind::Dense)'s weight with input `x`; its
-    /// gradient `G = Σ g ε` is mapped once per call to
-    /// `dB = α (G a_fn(A)ᵀ) ⊙ b_fn'(B)`. The `lora_a` trace
-    /// `(B?, r, O, S)` is a dense weight trace with input `α (x b_fn(B))`
-    /// and scale `a_fn'(A)`; the bias as [`Dense`](FusedKind::Dense).
+    /// [`TraceKernel::Lora`].
     Lora,
-    /// A convolution `y = conv(x, f(K)) + g(b)` in the default
-    /// channel-first layout (`x (B, C, spatial…)`, `K (O, C, ks…)`,
-    /// `y (B, O, so…)`) without feature groups, its trace kept per output
-    /// position: the `weight` trace `(B, so…, O, C, ks…, S)` is, per
-    /// position `s`, a dense weight trace over the input `Patch[b,s,(c,u)]`
-    /// (what kernel offset `u` of channel `c` sees at `s`) and the output
-    /// channels, scaled by `f'(K)`; its gradient is summed over positions.
-    /// The bias trace `(B, O, so…, S)` is a dense bias trace over
-    /// `(O, so…)`, scaled by `g'(b)`, its gradient summed over positions.
-    /// The kernel and bias transforms are `kernel_fn` / `bias_fn`.
+    /// [`TraceKernel::Conv`].
     Conv,
 }
 
-/// A fused, in-place D-RTRL trace kernel registered for an ETP primitive,
-/// beside its four rules. The learner runs it instead of the rules (one
-/// pass over each trace per step, on buffers it owns) for the equations
-/// `applies` accepts, when [`DRtrl::fast_paths`](super::DRtrl::fast_paths)
-/// is on; every other equation runs through the rules — still correct,
-/// just slower.
-///
-/// The built-in entries: `etp_mm`, `etp_mv` and `etp_elemwise`
-/// ([`FusedKind::Dense`]), `etp_sp_mm` and `etp_sp_mv`
-/// ([`FusedKind::Sparse`]), `etp_lora_mm` and `etp_lora_mv`
-/// ([`FusedKind::Lora`]), `etp_conv` in the default layout without
-/// feature groups ([`FusedKind::Conv`]), each with or without weight and
-/// bias transforms. A library
-/// registers its own with [`inventory`]-style submission:
-///
-/// ```
-/// use braintrace_core::learn::{FusedKernel, FusedKind};
-/// braintrace_core::__private::inventory::submit! {
-///     FusedKernel { primitive: "my_dense", kind: FusedKind::Dense, applies: |_| true }
-/// }
-/// assert!(braintrace_core::learn::fused_kernels().any(|k| k.primitive == "my_dense"));
-/// ```
-///
-/// Check a new entry against the rule path with `fast_paths(false)`: both
-/// must give the same gradients and traces to rounding.
-#[derive(Debug)]
-pub struct FusedKernel {
-    /// The primitive's registered name.
-    pub primitive: &'static str,
-    /// What the kernel computes.
-    pub kind: FusedKind,
-    /// Whether the kernel equals the rules for an equation with these
-    /// parameters.
-    pub applies: fn(&Params) -> bool,
+impl FusedKind {
+    pub(crate) fn of(k: &TraceKernel) -> Self {
+        match k {
+            TraceKernel::Dense { .. } => FusedKind::Dense,
+            TraceKernel::Sparse { .. } => FusedKind::Sparse,
+            TraceKernel::Lora { .. } => FusedKind::Lora,
+            _ => FusedKind::Conv,
+        }
+    }
 }
 
-inventory::collect!(FusedKernel);
-
-/// Every registered fused kernel.
-pub fn fused_kernels() -> impl Iterator<Item = &'static FusedKernel> {
-    inventory::iter::<FusedKernel>.into_iter()
+/// The transform of a trainable in `role` as the kernel scales it: an
+/// [`ElemFn`] param, or a constant `c` read as the transform `c · W`;
+/// `None` for the identity. An error when the param is unreadable.
+pub(crate) fn scale_fn(
+    kernel: &TraceKernel,
+    role: &Role,
+    params: &Params,
+) -> Result<Option<ElemFn>> {
+    match kernel.scale(role) {
+        Scale::One => Ok(None),
+        Scale::Fn(key) => elem_fn(params, &key),
+        Scale::Param(key) => {
+            let c = params.get::<f64>("D-RTRL fused kernel", &key)?;
+            Ok(Some(ElemFn::new(
+                &format!("{c} * w"),
+                move |w: &Tensor| w.mul_scalar(c),
+                move |w: &Tensor| w.ones_like().mul_scalar(c),
+            )))
+        }
+    }
 }
 
 /// The transform under `key`: `None` when absent or `None`; an error when
@@ -154,57 +106,12 @@ fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
     }
 }
 
-/// Every transform the kind reads is a transform (or absent).
-fn hooks_readable(params: &Params) -> bool {
-    ["weight_fn", "bias_fn", "b_fn", "a_fn", "kernel_fn"]
-        .iter()
-        .all(|k| elem_fn(params, k).is_ok())
-}
-
-/// The sparse structure is readable.
-fn has_structure(params: &Params) -> bool {
-    hooks_readable(params)
-        && params
-            .raw("sparse_mat")
-            .and_then(CsrStructure::from_param)
-            .is_some()
-}
-
-/// LoRA's scale is readable.
-fn has_alpha(params: &Params) -> bool {
-    hooks_readable(params)
-        && params
-            .raw("alpha")
-            .and_then(f64::from_param)
-            .is_some_and(f64::is_finite)
-}
-
-/// A convolution in the default layout, without feature groups.
-fn default_conv(params: &Params) -> bool {
-    let dn_default = matches!(
-        params.raw("dimension_numbers"),
-        None | Some(ParamValue::None)
-    );
-    let groups = params
-        .raw("feature_group_count")
-        .and_then(usize::from_param);
-    hooks_readable(params) && dn_default && groups == Some(1)
-}
-
-inventory::submit! { FusedKernel { primitive: "etp_mm", kind: FusedKind::Dense, applies: hooks_readable } }
-inventory::submit! { FusedKernel { primitive: "etp_mv", kind: FusedKind::Dense, applies: hooks_readable } }
-inventory::submit! { FusedKernel { primitive: "etp_elemwise", kind: FusedKind::Dense, applies: hooks_readable } }
-inventory::submit! { FusedKernel { primitive: "etp_sp_mm", kind: FusedKind::Sparse, applies: has_structure } }
-inventory::submit! { FusedKernel { primitive: "etp_sp_mv", kind: FusedKind::Sparse, applies: has_structure } }
-inventory::submit! { FusedKernel { primitive: "etp_lora_mm", kind: FusedKind::Lora, applies: has_alpha } }
-inventory::submit! { FusedKernel { primitive: "etp_lora_mv", kind: FusedKind::Lora, applies: has_alpha } }
-inventory::submit! { FusedKernel { primitive: "etp_conv", kind: FusedKind::Conv, applies: default_conv } }
-
-/// Whether the traces and parameters of a relation have the shapes `kind`
-/// is written for (`vs`: the hidden group's shape, batch included; `keys`:
-/// the trace avals by trainable; `weights`: the parameter avals).
+/// Whether the traces and parameters of a relation have the shapes
+/// `kernel` is written for (`vs`: the hidden group's shape, batch
+/// included; `keys`: the trace avals by trainable; `weights`: the parameter
+/// avals). Every trace must be one the kernel names.
 pub(crate) fn shapes_fit(
-    kind: FusedKind,
+    kernel: &TraceKernel,
     x: Option<&Aval>,
     vs: &[usize],
     s: usize,
@@ -223,49 +130,50 @@ pub(crate) fn shapes_fit(
         let (&i, xlead) = x?.shape().split_last()?;
         (xlead == lead).then_some(i)
     };
-    match kind {
-        FusedKind::Dense => keys.iter().all(|(k, trace)| {
-            let Some(w) = weights.get(k) else {
-                return false;
-            };
-            match x.filter(|_| k == "weight") {
-                Some(_) => {
-                    let Some(i) = x_in() else {
-                        return false;
-                    };
-                    let want = [lead, &[i, o, s]].concat();
-                    w.shape() == [i, o] && trace.shape() == want
-                }
-                None => bias_fits(w, trace),
-            }
-        }),
-        FusedKind::Sparse => {
-            let Some(st) = params.raw("sparse_mat").and_then(CsrStructure::from_param) else {
+    // Every trace with its role and parameter aval.
+    let Some(leaves) = keys
+        .iter()
+        .map(|(k, trace)| Some((kernel.role(k)?, weights.get(k)?, trace)))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    match kernel {
+        TraceKernel::Dense { .. } => {
+            leaves.iter().all(
+                |(role, w, trace)| match x.filter(|_| *role == Role::Weight) {
+                    Some(_) => {
+                        let Some(i) = x_in() else {
+                            return false;
+                        };
+                        let want = [lead, &[i, o, s]].concat();
+                        w.shape() == [i, o] && trace.shape() == want
+                    }
+                    None => bias_fits(w, trace),
+                },
+            )
+        }
+        TraceKernel::Sparse { structure, .. } => {
+            let Some(st) = params.raw(structure).and_then(CsrStructure::from_param) else {
                 return false;
             };
             let Some(i) = x_in() else {
                 return false;
             };
             st.shape == (i, o)
-                && keys.iter().all(|(k, trace)| {
-                    let Some(w) = weights.get(k) else {
-                        return false;
-                    };
-                    match k.as_str() {
-                        "weight" => {
-                            w.shape() == [st.nnz()]
-                                && trace.shape() == [lead, &[st.nnz(), s]].concat()
-                        }
-                        "bias" => bias_fits(w, trace),
-                        _ => false,
+                && leaves.iter().all(|(role, w, trace)| match role {
+                    Role::Weight => {
+                        w.shape() == [st.nnz()] && trace.shape() == [lead, &[st.nnz(), s]].concat()
                     }
+                    Role::Bias => bias_fits(w, trace),
+                    _ => false,
                 })
         }
-        FusedKind::Lora => {
+        TraceKernel::Lora { lora_b, lora_a, .. } => {
             let Some(i) = x_in() else {
                 return false;
             };
-            let (Some(b), Some(a)) = (weights.get("lora_b"), weights.get("lora_a")) else {
+            let (Some(b), Some(a)) = (weights.get(lora_b), weights.get(lora_a)) else {
                 return false;
             };
             let [bi, r] = b.shape() else {
@@ -274,20 +182,15 @@ pub(crate) fn shapes_fit(
             if *bi != i || a.shape() != [*r, o] {
                 return false;
             }
-            keys.iter().all(|(k, trace)| {
-                let Some(w) = weights.get(k) else {
-                    return false;
-                };
-                match k.as_str() {
-                    "lora_b" => trace.shape() == [lead, &[i, o, s]].concat(),
-                    "lora_a" => trace.shape() == [lead, &[*r, o, s]].concat(),
-                    "bias" => bias_fits(w, trace),
-                    _ => false,
-                }
+            leaves.iter().all(|(role, w, trace)| match role {
+                Role::LoraB => trace.shape() == [lead, &[i, o, s]].concat(),
+                Role::LoraA => trace.shape() == [lead, &[*r, o, s]].concat(),
+                Role::Bias => bias_fits(w, trace),
+                Role::Weight => false,
             })
         }
-        FusedKind::Conv => {
-            // vs = y: (B, O, so..); x: (B, C, si..) of the same rank.
+        _ => {
+            // Conv. vs = y: (B, O, so..); x: (B, C, si..) of the same rank.
             let (Some(x), true) = (x, vs.len() >= 3) else {
                 return false;
             };
@@ -295,31 +198,43 @@ pub(crate) fn shapes_fit(
             if xs.len() != vs.len() || xs[0] != b {
                 return false;
             }
-            keys.iter().all(|(k, trace)| {
-                let Some(w) = weights.get(k) else {
-                    return false;
-                };
-                match k.as_str() {
-                    "weight" => {
-                        let ws = w.shape();
-                        ws.len() == vs.len()
-                            && ws[0] == och
-                            && ws[1] == xs[1]
-                            && trace.shape() == [&[b], so, ws, &[s]].concat()
-                    }
-                    "bias" => w.shape() == [och] && trace.shape() == [vs, &[s]].concat(),
-                    _ => false,
+            leaves.iter().all(|(role, w, trace)| match role {
+                Role::Weight => {
+                    let ws = w.shape();
+                    ws.len() == vs.len()
+                        && ws[0] == och
+                        && ws[1] == xs[1]
+                        && trace.shape() == [&[b], so, ws, &[s]].concat()
                 }
+                Role::Bias => w.shape() == [och] && trace.shape() == [vs, &[s]].concat(),
+                _ => false,
             })
         }
     }
 }
 
-/// The fused kernel registered for an equation of `name` with `params`.
-pub(crate) fn kernel_for(name: &str, params: &Params) -> Option<FusedKind> {
-    fused_kernels()
-        .find(|k| k.primitive == name && (k.applies)(params))
-        .map(|k| k.kind)
+/// The trace kernel an equation of `prim` with `params` declares (not yet
+/// checked against its rules; see [`kernel_for`]).
+pub(crate) fn declared(prim: &EtpPrimitive, params: &Params) -> Option<TraceKernel> {
+    prim.trace_kernel(params)
+}
+
+/// The trace kernel the learner runs for pair (`r`, group `grp`): the
+/// primitive's declared kernel, checked against its rules on random inputs
+/// of the pair's shapes the first time (see [`super::kernel_check`]).
+/// `Ok(None)`: none declared, or the pair's shapes are not the kernel's
+/// (the rules run). An error, naming the primitive, when the declared
+/// kernel disagrees with the rules: the compile fails rather than train
+/// with a kernel that computes something else.
+pub(crate) fn kernel_for(
+    r: &super::Relation,
+    g: &crate::graph::Graph,
+    grp: &super::HiddenGroup,
+) -> Result<Option<TraceKernel>> {
+    match declared(&r.primitive, &r.params) {
+        Some(k) => super::kernel_check::checked(r, g, grp, k),
+        None => Ok(None),
+    }
 }
 
 /// A sparse weight's structure, as the kernel reads it.
@@ -453,12 +368,12 @@ fn contiguous_t(t: &Tensor, dt: DType) -> Result<Tensor> {
 }
 
 impl FastTrace {
-    /// The buffer of trainable `key` of a relation run by `kind`:
+    /// The buffer of trainable `key` of a relation run by `kernel`:
     /// `trace_shape` in the public layout, `param_shape` the parameter's,
     /// `index` the relation's trainables' parameter indices.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_leaf(
-        kind: FusedKind,
+        kernel: &TraceKernel,
         key: &str,
         has_x: bool,
         trace_shape: &[usize],
@@ -477,20 +392,13 @@ impl FastTrace {
                 .copied()
                 .ok_or_else(|| Error::invalid(op, format!("no trainable `{k}`")))
         };
-        let hook_key = match (kind, key) {
-            (_, "bias") => "bias_fn",
-            (FusedKind::Lora, "lora_a") => "a_fn",
-            (FusedKind::Conv, _) => "kernel_fn",
-            (FusedKind::Lora, _) => "",
-            _ => "weight_fn",
-        };
-        let hook = if hook_key.is_empty() {
-            None
-        } else {
-            elem_fn(params, hook_key)?
-        };
+        let role = kernel
+            .role(key)
+            .ok_or_else(|| Error::invalid(op, format!("the trace kernel names no `{key}`")))?;
+        let kind = FusedKind::of(kernel);
+        let hook = scale_fn(kernel, &role, params)?;
         let mut t = FastTrace {
-            has_input: has_x && key != "bias",
+            has_input: has_x && role != Role::Bias,
             data: zeros(dtype, &row_shape(trace_shape))?,
             row: Blocked {
                 n: trace_shape
@@ -508,12 +416,17 @@ impl FastTrace {
             prep: Prepared::default(),
             blocked: [None, None, None],
         };
-        match (kind, key) {
-            (FusedKind::Sparse, "weight") => {
+        match (kind, &role) {
+            (FusedKind::Sparse, Role::Weight) => {
+                let TraceKernel::Sparse { structure, .. } = kernel else {
+                    return Err(Error::invalid(op, "not a sparse kernel"));
+                };
                 let st = params
-                    .raw("sparse_mat")
+                    .raw(structure)
                     .and_then(CsrStructure::from_param)
-                    .ok_or_else(|| Error::invalid(op, "no readable `sparse_mat` param"))?;
+                    .ok_or_else(|| {
+                        Error::invalid(op, format!("no readable `{structure}` param"))
+                    })?;
                 t.sparse = Some(Arc::new(SparseIdx {
                     rows: st.rows(),
                     cols: st.indices.clone(),
@@ -522,12 +435,27 @@ impl FastTrace {
                 // The public layout: one entry's states side by side.
                 t.data = zeros(dtype, trace_shape)?;
             }
-            (FusedKind::Lora, "lora_a" | "lora_b") => {
-                let alpha = params.get::<f64>(op, "alpha")?;
-                let b_fn = elem_fn(params, "b_fn")?;
-                if key == "lora_a" {
+            (FusedKind::Lora, Role::LoraA | Role::LoraB) => {
+                let TraceKernel::Lora {
+                    lora_b,
+                    lora_a,
+                    alpha,
+                    a_fn,
+                    b_fn,
+                    ..
+                } = kernel
+                else {
+                    return Err(Error::invalid(op, "not a LoRA kernel"));
+                };
+                let alpha = params.get::<f64>(op, alpha)?;
+                let read = |k: &Option<String>| match k {
+                    Some(k) => elem_fn(params, k),
+                    None => Ok(None),
+                };
+                let b_fn = read(b_fn)?;
+                if role == Role::LoraA {
                     t.lora = Some(LoraLeaf::A { alpha, b_fn });
-                    t.deps.push(other("lora_b")?);
+                    t.deps.push(other(lora_b)?);
                 } else {
                     let n = trace_shape.len();
                     if n < 3 {
@@ -536,17 +464,17 @@ impl FastTrace {
                     t.grad = zeros(dtype, &trace_shape[n - 3..n - 1])?;
                     t.lora = Some(LoraLeaf::B {
                         alpha,
-                        a_fn: elem_fn(params, "a_fn")?,
+                        a_fn: read(a_fn)?,
                         b_fn,
                     });
-                    t.deps.push(other("lora_a")?);
+                    t.deps.push(other(lora_a)?);
                 }
             }
             (FusedKind::Conv, _) => {
                 let n = trace_shape.len();
                 let (b, st) = (trace_shape[0], trace_shape[n - 1]);
                 let bad = || Error::invalid(op, "conv trace and parameter shapes disagree");
-                let (ks, positions) = if key == "bias" {
+                let (ks, positions) = if role == Role::Bias {
                     let o = *param_shape.first().ok_or_else(bad)?;
                     let p = trace_shape[2..n - 1].iter().product::<usize>();
                     t.data = zeros(dtype, &[b, o * p * st])?;
