@@ -310,7 +310,7 @@ fn a_declared_dense_kernel_runs_and_equals_the_rules_in_drtrl() {
 #[test]
 fn a_declared_dense_kernel_runs_and_equals_the_rules_in_pp_prop() {
     let pp = PpProp::new(0.9).unwrap();
-    let (g_fast, tr_fast, explain) = run(Which::Scaled, pp.clone().into()).unwrap();
+    let (g_fast, tr_fast, explain) = run(Which::Scaled, pp.into()).unwrap();
     assert!(explain.contains("(pp_prop): 1 of 1"), "{explain}");
     let (g_rules, tr_rules, explain) = run(Which::Scaled, pp.fast_paths(false).into()).unwrap();
     assert!(explain.contains("(pp_prop): 0 of 1"), "{explain}");
@@ -321,7 +321,7 @@ fn a_declared_dense_kernel_runs_and_equals_the_rules_in_pp_prop() {
 #[test]
 fn a_wrongly_declared_kernel_is_refused_naming_the_primitive() {
     for algo in [DRtrl::default().into(), PpProp::new(0.9).unwrap().into()] {
-        let e = run(Which::Wrong, algo).err().expect("refused");
+        let e = run(Which::Wrong, algo).expect_err("refused");
         match &e {
             Error::Etp { primitive, .. } => assert_eq!(primitive, "etp_tk_wrong"),
             other => panic!("not an ETP error: {other}"),

@@ -1,7 +1,9 @@
-//! Fused, in-place D-RTRL trace kernels for the built-in primitives (dense
-//! `etp_mm` / `etp_mv`, `etp_elemwise`, sparse `etp_sp_mm` / `etp_sp_mv`,
-//! LoRA `etp_lora_mm` / `etp_lora_mv`, channel-first `etp_conv`, with or
-//! without their element-wise weight transforms), as braintrace's fast path.
+//! The learner's side of the fused, in-place D-RTRL trace kernels a
+//! primitive declares ([`TraceKernel`]: dense, element-wise, sparse, LoRA,
+//! channel-first conv, with or without element-wise transforms), as
+//! braintrace's fast path: the buffers ([`FastTrace`]) and the arranging of
+//! a step's operands; the loops are in `kernels::trace`, the choice and the
+//! check of a pair's kernel in `kernel_check`.
 //!
 //! One pass over each trace per step applies the hidden Jacobian, adds the
 //! instantaneous term and accumulates the gradient, on buffers the learner
@@ -20,72 +22,24 @@
 //! applied once to the gradient `G` accumulated over the call.
 //!
 //! The same numbers as the registered rules (`yw_to_w`, `xy_to_dw` or
-//! `instant_drtrl`, and `yw_to_w` or `solve_drtrl` as solve), checked by
-//! tests against the generic path.
+//! `instant_drtrl`, and `yw_to_w` or `solve_drtrl` as solve): checked at
+//! the first compile against the rules, and by tests against the generic
+//! path.
 
 use crate::error::{Error, Result};
-use crate::etp::{
-    apply_fn, ElemFn, EtpPrimitive, ParamType, ParamValue, Params, Role, Scale, TraceKernel,
-};
+use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
 use crate::kernels::trace::{run, Blocked, Dims, Loop, SpDims, SparseIdx, Stored};
 use crate::prims::CsrStructure;
-use crate::tensor::{to_standard, ArrayData, Aval, DType, Tensor};
+use crate::tensor::{to_standard, ArrayData, DType, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) use crate::kernels::trace::Solve;
 
-/// The kind of computation a fused kernel runs (the learner's side of a
-/// declared [`TraceKernel`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FusedKind {
-    /// [`TraceKernel::Dense`].
-    Dense,
-    /// [`TraceKernel::Sparse`].
-    Sparse,
-    /// [`TraceKernel::Lora`].
-    Lora,
-    /// [`TraceKernel::Conv`].
-    Conv,
-}
-
-impl FusedKind {
-    pub(crate) fn of(k: &TraceKernel) -> Self {
-        match k {
-            TraceKernel::Dense { .. } => FusedKind::Dense,
-            TraceKernel::Sparse { .. } => FusedKind::Sparse,
-            TraceKernel::Lora { .. } => FusedKind::Lora,
-            _ => FusedKind::Conv,
-        }
-    }
-}
-
-/// The transform of a trainable in `role` as the kernel scales it: an
-/// [`ElemFn`] param, or a constant `c` read as the transform `c · W`;
-/// `None` for the identity. An error when the param is unreadable.
-pub(crate) fn scale_fn(
-    kernel: &TraceKernel,
-    role: &Role,
-    params: &Params,
-) -> Result<Option<ElemFn>> {
-    match kernel.scale(role) {
-        Scale::One => Ok(None),
-        Scale::Fn(key) => elem_fn(params, &key),
-        Scale::Param(key) => {
-            let c = params.get::<f64>("D-RTRL fused kernel", &key)?;
-            Ok(Some(ElemFn::new(
-                &format!("{c} * w"),
-                move |w: &Tensor| w.mul_scalar(c),
-                move |w: &Tensor| w.ones_like().mul_scalar(c),
-            )))
-        }
-    }
-}
-
 /// The transform under `key`: `None` when absent or `None`; an error when
 /// the param holds something that is not a transform.
-fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
+pub(crate) fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
     match params.raw(key) {
         None | Some(ParamValue::None) => Ok(None),
         Some(v) => ElemFn::from_param(v).map(Some).ok_or_else(|| {
@@ -97,136 +51,7 @@ fn elem_fn(params: &Params, key: &str) -> Result<Option<ElemFn>> {
     }
 }
 
-/// Whether the traces and parameters of a relation have the shapes
-/// `kernel` is written for (`vs`: the hidden group's shape, batch
-/// included; `keys`: the trace avals by trainable; `weights`: the parameter
-/// avals). Every trace must be one the kernel names.
-pub(crate) fn shapes_fit(
-    kernel: &TraceKernel,
-    x: Option<&Aval>,
-    vs: &[usize],
-    s: usize,
-    keys: &[(String, Aval)],
-    weights: &BTreeMap<String, Aval>,
-    params: &Params,
-) -> bool {
-    let Some((&o, lead)) = vs.split_last() else {
-        return false;
-    };
-    let bias_fits = |w: &Aval, trace: &Aval| -> bool {
-        w.shape() == [o] && trace.shape() == [vs, &[s]].concat()
-    };
-    // x: (B?, I) with the hidden group's leading axes.
-    let x_in = || -> Option<usize> {
-        let (&i, xlead) = x?.shape().split_last()?;
-        (xlead == lead).then_some(i)
-    };
-    // Every trace with its role and parameter aval.
-    let Some(leaves) = keys
-        .iter()
-        .map(|(k, trace)| Some((kernel.role(k)?, weights.get(k)?, trace)))
-        .collect::<Option<Vec<_>>>()
-    else {
-        return false;
-    };
-    match kernel {
-        TraceKernel::Dense { .. } => {
-            leaves.iter().all(
-                |(role, w, trace)| match x.filter(|_| *role == Role::Weight) {
-                    Some(_) => {
-                        let Some(i) = x_in() else {
-                            return false;
-                        };
-                        let want = [lead, &[i, o, s]].concat();
-                        w.shape() == [i, o] && trace.shape() == want
-                    }
-                    None => bias_fits(w, trace),
-                },
-            )
-        }
-        TraceKernel::Sparse { structure, .. } => {
-            let Some(st) = params.raw(structure).and_then(CsrStructure::from_param) else {
-                return false;
-            };
-            let Some(i) = x_in() else {
-                return false;
-            };
-            st.shape == (i, o)
-                && leaves.iter().all(|(role, w, trace)| match role {
-                    Role::Weight => {
-                        w.shape() == [st.nnz()] && trace.shape() == [lead, &[st.nnz(), s]].concat()
-                    }
-                    Role::Bias => bias_fits(w, trace),
-                    _ => false,
-                })
-        }
-        TraceKernel::Lora { lora_b, lora_a, .. } => {
-            let Some(i) = x_in() else {
-                return false;
-            };
-            let (Some(b), Some(a)) = (weights.get(lora_b), weights.get(lora_a)) else {
-                return false;
-            };
-            let [bi, r] = b.shape() else {
-                return false;
-            };
-            if *bi != i || a.shape() != [*r, o] {
-                return false;
-            }
-            leaves.iter().all(|(role, w, trace)| match role {
-                Role::LoraB => trace.shape() == [lead, &[i, o, s]].concat(),
-                Role::LoraA => trace.shape() == [lead, &[*r, o, s]].concat(),
-                Role::Bias => bias_fits(w, trace),
-                Role::Weight => false,
-            })
-        }
-        _ => {
-            // Conv. vs = y: (B, O, so..); x: (B, C, si..) of the same rank.
-            let (Some(x), true) = (x, vs.len() >= 3) else {
-                return false;
-            };
-            let (xs, (b, och, so)) = (x.shape(), (vs[0], vs[1], &vs[2..]));
-            if xs.len() != vs.len() || xs[0] != b {
-                return false;
-            }
-            leaves.iter().all(|(role, w, trace)| match role {
-                Role::Weight => {
-                    let ws = w.shape();
-                    ws.len() == vs.len()
-                        && ws[0] == och
-                        && ws[1] == xs[1]
-                        && trace.shape() == [&[b], so, ws, &[s]].concat()
-                }
-                Role::Bias => w.shape() == [och] && trace.shape() == [vs, &[s]].concat(),
-                _ => false,
-            })
-        }
-    }
-}
-
-/// The trace kernel an equation of `prim` with `params` declares (not yet
-/// checked against its rules; see [`kernel_for`]).
-pub(crate) fn declared(prim: &EtpPrimitive, params: &Params) -> Option<TraceKernel> {
-    prim.trace_kernel(params)
-}
-
-/// The trace kernel the learner runs for pair (`r`, group `grp`): the
-/// primitive's declared kernel, checked against its rules on random inputs
-/// of the pair's shapes the first time (see [`super::kernel_check`]).
-/// `Ok(None)`: none declared, or the pair's shapes are not the kernel's
-/// (the rules run). An error, naming the primitive, when the declared
-/// kernel disagrees with the rules: the compile fails rather than train
-/// with a kernel that computes something else.
-pub(crate) fn kernel_for(
-    r: &super::Relation,
-    g: &crate::graph::Graph,
-    grp: &super::HiddenGroup,
-) -> Result<Option<TraceKernel>> {
-    match declared(&r.primitive, &r.params) {
-        Some(k) => super::kernel_check::checked(r, g, grp, k),
-        None => Ok(None),
-    }
-}
+pub(crate) use super::kernel_check::{declared, kernel_for, scale_fn, shapes_fit, FusedKind};
 
 /// A LoRA leaf's role.
 #[derive(Clone, Debug)]

@@ -1,4 +1,6 @@
-//! The check of a declared trace kernel against the primitive's own rules.
+//! Which trace kernel a (relation, hidden group) pair runs: the one its
+//! primitive declares, when the pair's shapes are the kernel's, once it
+//! is checked against the primitive's own rules.
 //!
 //! A primitive's [`TraceKernel`] is a claim: "my rules compute this". The
 //! learner trusts it only after running both on random inputs: two D-RTRL
@@ -24,16 +26,195 @@
 //! `fast_paths(false)` to run the rules instead.
 
 use super::compiler::{HiddenGroup, Relation};
-use super::fast::{shapes_fit, FastTrace, Solve};
+use super::fast::{elem_fn, FastTrace, Solve};
 use crate::error::{Error, Result};
-use crate::etp::{EtpPrimitive, Params, TensorMap, TraceKernel};
+use crate::etp::{ElemFn, EtpPrimitive, ParamType, Params, Role, Scale, TensorMap, TraceKernel};
 use crate::graph::Graph;
+use crate::prims::CsrStructure;
 use crate::tensor::{Aval, DType, Tensor};
 use crate::transform::vmap;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
+
+/// The kind of computation a fused kernel runs (the learner's side of a
+/// declared [`TraceKernel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FusedKind {
+    /// [`TraceKernel::Dense`].
+    Dense,
+    /// [`TraceKernel::Sparse`].
+    Sparse,
+    /// [`TraceKernel::Lora`].
+    Lora,
+    /// [`TraceKernel::Conv`].
+    Conv,
+}
+
+impl FusedKind {
+    pub(crate) fn of(k: &TraceKernel) -> Self {
+        match k {
+            TraceKernel::Dense { .. } => FusedKind::Dense,
+            TraceKernel::Sparse { .. } => FusedKind::Sparse,
+            TraceKernel::Lora { .. } => FusedKind::Lora,
+            _ => FusedKind::Conv,
+        }
+    }
+}
+
+/// The transform of a trainable in `role` as the kernel scales it: an
+/// [`ElemFn`] param, or a constant `c` read as the transform `c · W`;
+/// `None` for the identity. An error when the param is unreadable.
+pub(crate) fn scale_fn(
+    kernel: &TraceKernel,
+    role: &Role,
+    params: &Params,
+) -> Result<Option<ElemFn>> {
+    match kernel.scale(role) {
+        Scale::One => Ok(None),
+        Scale::Fn(key) => elem_fn(params, &key),
+        Scale::Param(key) => {
+            let c = params.get::<f64>("D-RTRL fused kernel", &key)?;
+            Ok(Some(ElemFn::new(
+                &format!("{c} * w"),
+                move |w: &Tensor| w.mul_scalar(c),
+                move |w: &Tensor| w.ones_like().mul_scalar(c),
+            )))
+        }
+    }
+}
+
+/// Whether the traces and parameters of a relation have the shapes
+/// `kernel` is written for (`vs`: the hidden group's shape, batch
+/// included; `keys`: the trace avals by trainable; `weights`: the parameter
+/// avals). Every trace must be one the kernel names.
+pub(crate) fn shapes_fit(
+    kernel: &TraceKernel,
+    x: Option<&Aval>,
+    vs: &[usize],
+    s: usize,
+    keys: &[(String, Aval)],
+    weights: &BTreeMap<String, Aval>,
+    params: &Params,
+) -> bool {
+    let Some((&o, lead)) = vs.split_last() else {
+        return false;
+    };
+    let bias_fits = |w: &Aval, trace: &Aval| -> bool {
+        w.shape() == [o] && trace.shape() == [vs, &[s]].concat()
+    };
+    // x: (B?, I) with the hidden group's leading axes.
+    let x_in = || -> Option<usize> {
+        let (&i, xlead) = x?.shape().split_last()?;
+        (xlead == lead).then_some(i)
+    };
+    // Every trace with its role and parameter aval.
+    let Some(leaves) = keys
+        .iter()
+        .map(|(k, trace)| Some((kernel.role(k)?, weights.get(k)?, trace)))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    match kernel {
+        TraceKernel::Dense { .. } => {
+            leaves.iter().all(
+                |(role, w, trace)| match x.filter(|_| *role == Role::Weight) {
+                    Some(_) => {
+                        let Some(i) = x_in() else {
+                            return false;
+                        };
+                        let want = [lead, &[i, o, s]].concat();
+                        w.shape() == [i, o] && trace.shape() == want
+                    }
+                    None => bias_fits(w, trace),
+                },
+            )
+        }
+        TraceKernel::Sparse { structure, .. } => {
+            let Some(st) = params.raw(structure).and_then(CsrStructure::from_param) else {
+                return false;
+            };
+            let Some(i) = x_in() else {
+                return false;
+            };
+            st.shape == (i, o)
+                && leaves.iter().all(|(role, w, trace)| match role {
+                    Role::Weight => {
+                        w.shape() == [st.nnz()] && trace.shape() == [lead, &[st.nnz(), s]].concat()
+                    }
+                    Role::Bias => bias_fits(w, trace),
+                    _ => false,
+                })
+        }
+        TraceKernel::Lora { lora_b, lora_a, .. } => {
+            let Some(i) = x_in() else {
+                return false;
+            };
+            let (Some(b), Some(a)) = (weights.get(lora_b), weights.get(lora_a)) else {
+                return false;
+            };
+            let [bi, r] = b.shape() else {
+                return false;
+            };
+            if *bi != i || a.shape() != [*r, o] {
+                return false;
+            }
+            leaves.iter().all(|(role, w, trace)| match role {
+                Role::LoraB => trace.shape() == [lead, &[i, o, s]].concat(),
+                Role::LoraA => trace.shape() == [lead, &[*r, o, s]].concat(),
+                Role::Bias => bias_fits(w, trace),
+                Role::Weight => false,
+            })
+        }
+        _ => {
+            // Conv. vs = y: (B, O, so..); x: (B, C, si..) of the same rank.
+            let (Some(x), true) = (x, vs.len() >= 3) else {
+                return false;
+            };
+            let (xs, (b, och, so)) = (x.shape(), (vs[0], vs[1], &vs[2..]));
+            if xs.len() != vs.len() || xs[0] != b {
+                return false;
+            }
+            leaves.iter().all(|(role, w, trace)| match role {
+                Role::Weight => {
+                    let ws = w.shape();
+                    ws.len() == vs.len()
+                        && ws[0] == och
+                        && ws[1] == xs[1]
+                        && trace.shape() == [&[b], so, ws, &[s]].concat()
+                }
+                Role::Bias => w.shape() == [och] && trace.shape() == [vs, &[s]].concat(),
+                _ => false,
+            })
+        }
+    }
+}
+
+/// The trace kernel an equation of `prim` with `params` declares (not yet
+/// checked against its rules; see [`kernel_for`]).
+pub(crate) fn declared(prim: &EtpPrimitive, params: &Params) -> Option<TraceKernel> {
+    prim.trace_kernel(params)
+}
+
+/// The trace kernel the learner runs for pair (`r`, group `grp`): the
+/// primitive's declared kernel, checked against its rules on random inputs
+/// of the pair's shapes the first time (see [`super::kernel_check`]).
+/// `Ok(None)`: none declared, or the pair's shapes are not the kernel's
+/// (the rules run). An error, naming the primitive, when the declared
+/// kernel disagrees with the rules: the compile fails rather than train
+/// with a kernel that computes something else.
+pub(crate) fn kernel_for(
+    r: &super::Relation,
+    g: &crate::graph::Graph,
+    grp: &super::HiddenGroup,
+) -> Result<Option<TraceKernel>> {
+    match declared(&r.primitive, &r.params) {
+        Some(k) => super::kernel_check::checked(r, g, grp, k),
+        None => Ok(None),
+    }
+}
 
 /// What the check needs of a pair, with the batch cut.
 struct Case {
