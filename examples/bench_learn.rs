@@ -51,11 +51,14 @@
 //! sparse `[x, h]` product with about 10 % of the entries) and `lora` (the
 //! same over a rank-8 LoRA product) and `conv` (the same over a 1-D
 //! convolution of `[x, h]` as channels, `n_rec / 16` channels of length
-//! 16, kernel 3, SAME), for the fused kernels of those primitives; they
-//! are not in the default grid. `lif_syn` (a recurrent `nn::Lif` layer
-//! behind an `nn::Expon` synapse, leaky readout) and `alif` (a recurrent
-//! `nn::Alif` layer, leaky readout), from `examples/snn_nets`, train with a
-//! cross-entropy against `softmax(y)`; not in the default grid either.
+//! 16, kernel 3, SAME), for the fused kernels of those primitives, and
+//! `gru_macro` / `gru_macro_rules` (the `gru` net with its products an
+//! `#[etp_primitive]` with a declared dense trace kernel, or with its
+//! rules only); they are not in the default grid. `lif_syn` (a recurrent
+//! `nn::Lif` layer behind an `nn::Expon` synapse, leaky readout) and `alif`
+//! (a recurrent `nn::Alif` layer, leaky readout), from `examples/snn_nets`,
+//! train with a cross-entropy against `softmax(y)`; not in the default grid
+//! either.
 //!
 //! `--model` also takes braintrace's recurrent cells with a `Linear`
 //! readout (`vanilla`, `mgu`, `minimal`, `cfn`, `lstm`, `urlstm`,
@@ -123,6 +126,150 @@ fn gru_tanh_net(n_in: usize, n_rec: usize, n_out: usize) -> Chain<GruCell, Linea
         l.weight_fn = ElemFn::builtin("tanh");
     }
     net
+}
+
+// ---------------------------------------------------------------------------
+// `gru_macro` / `gru_macro_rules`: the GRU with its three products an
+// `#[etp_primitive]` (`y = x @ W + b`), with a declared dense trace kernel
+// or with its rules only.
+// ---------------------------------------------------------------------------
+
+/// `xᵀ h` for one sample (`x (I,)`, `h (O,)`: the learner calls a batched
+/// primitive's rules per sample) or a batch.
+fn outer_xh(x: &Tensor, h: &Tensor) -> Result<Tensor> {
+    if x.ndim() == 1 {
+        x.expand_dims(1)?.matmul(&h.expand_dims(0)?)
+    } else {
+        x.transpose(&[1, 0])?.matmul(h)
+    }
+}
+
+/// The rules both bench primitives share: weight `(.., I, O)`, bias `(.., O)`.
+mod dense_rules {
+    use super::*;
+
+    pub fn yw(h: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+        trace
+            .iter()
+            .map(|(k, t)| {
+                let f = if k == "bias" {
+                    t.mul(h)?
+                } else {
+                    t.mul(&h.expand_dims(h.ndim() - 1)?)?
+                };
+                Ok((k.clone(), f))
+            })
+            .collect()
+    }
+    pub fn dw(x: &Tensor, h: &Tensor) -> Result<TensorMap> {
+        let db = if h.ndim() == 2 {
+            h.sum(&[0])?
+        } else {
+            h.clone()
+        };
+        Ok([
+            ("weight".to_string(), outer_xh(x, h)?),
+            ("bias".to_string(), db),
+        ]
+        .into())
+    }
+    pub fn init(y: &Aval, w: &AvalMap, n: usize) -> Result<TensorMap> {
+        let lead = &y.shape()[..y.ndim() - 1];
+        Ok([
+            (
+                "weight".to_string(),
+                Tensor::zeros(&[lead, w["weight"].shape(), &[n]].concat(), y.dtype()),
+            ),
+            (
+                "bias".to_string(),
+                Tensor::zeros(&[y.shape(), &[n]].concat(), y.dtype()),
+            ),
+        ]
+        .into())
+    }
+    pub fn init_pp(y: &Aval, n: usize) -> Result<Tensor> {
+        Ok(Tensor::zeros(&[y.shape(), &[n]].concat(), y.dtype()))
+    }
+}
+
+use braintrace::etp::{AvalMap, TensorMap};
+use braintrace::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w, Aval};
+
+/// `y = x @ W + b`, declaring the dense trace kernel.
+#[etp_primitive(name = "etp_bench_dense", batched, x = x, weight = [weight, bias], trace_kernel = dense)]
+fn bench_dense(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    x.matmul(weight)?.add(bias)
+}
+#[yw_to_w(bench_dense)]
+fn bench_dense_yw(h: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    dense_rules::yw(h, trace)
+}
+#[xy_to_dw(bench_dense)]
+fn bench_dense_dw(x: &Tensor, h: &Tensor, _w: &TensorMap) -> Result<TensorMap> {
+    dense_rules::dw(x, h)
+}
+#[init_drtrl(bench_dense)]
+fn bench_dense_init(_x: &Aval, y: &Aval, w: &AvalMap, n: usize) -> Result<TensorMap> {
+    dense_rules::init(y, w, n)
+}
+#[init_pp(bench_dense)]
+fn bench_dense_init_pp(_x: &Aval, y: &Aval, _w: &AvalMap, n: usize) -> Result<Tensor> {
+    dense_rules::init_pp(y, n)
+}
+
+/// The same op with its rules only (no trace kernel).
+#[etp_primitive(name = "etp_bench_dense_rules", batched, x = x, weight = [weight, bias])]
+fn bench_dense_rules(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    x.matmul(weight)?.add(bias)
+}
+#[yw_to_w(bench_dense_rules)]
+fn bench_dense_rules_yw(h: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    dense_rules::yw(h, trace)
+}
+#[xy_to_dw(bench_dense_rules)]
+fn bench_dense_rules_dw(x: &Tensor, h: &Tensor, _w: &TensorMap) -> Result<TensorMap> {
+    dense_rules::dw(x, h)
+}
+#[init_drtrl(bench_dense_rules)]
+fn bench_dense_rules_init(_x: &Aval, y: &Aval, w: &AvalMap, n: usize) -> Result<TensorMap> {
+    dense_rules::init(y, w, n)
+}
+#[init_pp(bench_dense_rules)]
+fn bench_dense_rules_init_pp(_x: &Aval, y: &Aval, _w: &AvalMap, n: usize) -> Result<Tensor> {
+    dense_rules::init_pp(y, n)
+}
+
+/// The `gru` net with its cell's products through `bench_dense`
+/// (`declared`) or `bench_dense_rules`; the same parameters and step.
+struct GruMacro {
+    net: Chain<GruCell, Linear>,
+    declared: bool,
+}
+
+impl Model for GruMacro {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        self.net.init(init)
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let cell = &self.net.first;
+        let lin = |ctx: &StepCtx, l: &Linear, x: &Tensor| -> Result<Tensor> {
+            let (w, b) = (ctx.param(&l.weight_key())?, ctx.param(&l.bias_key())?);
+            if self.declared {
+                bench_dense(x, &w, &b)
+            } else {
+                bench_dense_rules(x, &w, &b)
+            }
+        };
+        let cat = |a: &Tensor, b: &Tensor| braintrace::concat(&[a.clone(), b.clone()], 1);
+        let h = ctx.hidden(&cell.hidden_path())?;
+        let xh = cat(x, &h)?;
+        let z = lin(ctx, &cell.wz, &xh)?.sigmoid()?;
+        let r = lin(ctx, &cell.wr, &xh)?.sigmoid()?;
+        let hc = lin(ctx, &cell.wh, &cat(x, &r.mul(&h)?)?)?.tanh()?;
+        let h_new = z.rsub_scalar(1.0)?.mul(&h)?.add(&z.mul(&hc)?)?;
+        ctx.set_hidden(&cell.hidden_path(), h_new.clone())?;
+        self.net.second.step(ctx, &h_new)
+    }
 }
 
 /// The recurrent product of a [`LeakyNet`].
@@ -289,10 +436,19 @@ struct Args {
 
 /// The models `--model` accepts (the default grid runs `gru` and `lif`).
 const MODELS: [&str; 8] = [
-    "gru", "lif", "gru_tanh", "sparse", "lora", "conv", "lif_syn", "alif",
+    "gru",
+    "lif",
+    "gru_tanh",
+    "sparse",
+    "lora",
+    "conv",
+    "gru_macro",
+    "gru_macro_rules",
+    "lif_syn",
+    "alif",
 ];
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,lif_syn,alif] [--algo d_rtrl,pp_prop] \
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
   every filter takes a value or a comma-separated list;
@@ -793,6 +949,11 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
     let m = match cfg.model.as_str() {
         "gru" => measure(gru_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
         "gru_tanh" => measure(gru_tanh_net(N_IN, cfg.n_rec, N_OUT), cfg, budget_s, runs)?,
+        "gru_macro" | "gru_macro_rules" => {
+            let net = gru_net(N_IN, cfg.n_rec, N_OUT);
+            let declared = cfg.model == "gru_macro";
+            measure(GruMacro { net, declared }, cfg, budget_s, runs)?
+        }
         "sparse" => measure(
             LeakyNet::sparse(N_IN, cfg.n_rec, N_OUT),
             cfg,

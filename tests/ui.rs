@@ -11,4 +11,5 @@ fn ui() {
     t.compile_fail("tests/ui/bad_companion/*.rs");
     t.compile_fail("tests/ui/bad_flags/*.rs");
     t.compile_fail("tests/ui/bad_primitive/*.rs");
+    t.compile_fail("tests/ui/bad_trace_kernel/*.rs");
 }

@@ -11,9 +11,9 @@
 pub use crate::error::{Error, Result};
 pub use crate::etp::{
     ensure_static_registrations, lazy_counterpart, register_primitive_spec, register_static_spec,
-    sole, AvalMap, EtpPrimitive, EtpPrimitiveSpec, ImplFn, InitDrtrl, InitPp, InstantDrtrl,
-    ParamType, ParamValue, Params, PrimitiveOptions, SolveDrtrl, StaticPrimitive, TensorMap,
-    XyToDw, YwToW,
+    sole, AvalMap, ElemFn, EtpPrimitive, EtpPrimitiveSpec, ImplFn, InitDrtrl, InitPp, InstantDrtrl,
+    ParamType, ParamValue, Params, PrimitiveOptions, Scale, SolveDrtrl, StaticPrimitive, TensorMap,
+    TraceKernel, TraceKernelDecl, XyToDw, YwToW,
 };
 pub use crate::tensor::{Aval, Tensor};
 pub use inventory;

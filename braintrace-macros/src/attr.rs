@@ -87,6 +87,14 @@ pub enum TrainableSpec {
     Named(Vec<(Ident, Ident)>),
 }
 
+/// `trace_kernel = ...` as written.
+pub enum TraceKernelFlag {
+    /// A kind by name with its `key = <arg>` entries: `dense(scale = s)`.
+    Kind(Ident, Vec<(Ident, Ident)>),
+    /// A function choosing the kernel from an equation's params.
+    Chosen(Path),
+}
+
 /// The interpreted flags (absent ones are `None`; defaults apply later).
 #[derive(Default)]
 pub struct PrimitiveArgs {
@@ -106,6 +114,8 @@ pub struct PrimitiveArgs {
     pub krate: Option<Path>,
     /// `exact_dw_shapes = bool` (default true).
     pub exact_dw_shapes: Option<bool>,
+    /// `trace_kernel = ...`.
+    pub trace_kernel: Option<TraceKernelFlag>,
 }
 
 /// Interpret every raw entry, recording each problem in `cx`.
@@ -183,6 +193,11 @@ pub fn interpret(cx: &mut Ctxt, raw: Vec<RawFlag>) -> PrimitiveArgs {
                     }
                 }
             }
+            TRACE_KERNEL => {
+                if let Some(ts) = expect_eq(cx, &key, value, "trace_kernel = dense` or `trace_kernel = dense(scale = <param>)") {
+                    out.trace_kernel = trace_kernel_flag(cx, ts);
+                }
+            }
             _ => cx.error(key.span(), format!("unknown `#[etp_primitive]` flag `{k}`; expected one of: {}", ALL_FLAGS.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "))),
         }
     }
@@ -199,7 +214,64 @@ const ALL_KEYS: &[&str] = &[
     COUNTERPART,
     CRATE,
     EXACT_DW_SHAPES,
+    TRACE_KERNEL,
 ];
+
+/// `dense`, `dense(k = v, ..)`, `sparse(..)`, `lora(..)`, or a path to a
+/// chooser function.
+fn trace_kernel_flag(cx: &mut Ctxt, ts: TokenStream) -> Option<TraceKernelFlag> {
+    let tokens: Vec<TokenTree> = ts.clone().into_iter().collect();
+    let kind = match tokens.first() {
+        Some(TokenTree::Ident(id)) if KERNEL_KINDS.contains(&id.to_string().as_str()) => {
+            id.clone()
+        }
+        _ => {
+            return parse_or_report::<Path>(
+                cx,
+                ts,
+                "expected a trace-kernel kind (`dense`, `sparse(..)`, `lora(..)`) or the path of a fn choosing one",
+            )
+            .map(TraceKernelFlag::Chosen)
+        }
+    };
+    match &tokens[1..] {
+        [] => Some(TraceKernelFlag::Kind(kind, Vec::new())),
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::Parenthesis => {
+            let parser = |input: ParseStream| {
+                let mut v = Vec::new();
+                while !input.is_empty() {
+                    let k = input.call(Ident::parse_any)?;
+                    input.parse::<Token![=]>()?;
+                    let a = input.call(Ident::parse_any)?;
+                    v.push((k, a));
+                    if !input.is_empty() {
+                        input.parse::<Token![,]>()?;
+                    }
+                }
+                Ok(v)
+            };
+            match parser.parse2(g.stream()) {
+                Ok(v) => Some(TraceKernelFlag::Kind(kind, v)),
+                Err(e) => {
+                    cx.error(
+                        e.span(),
+                        format!(
+                            "expected `{kind}(<key> = <arg>, ...)`, e.g. `dense(scale = scale)`"
+                        ),
+                    );
+                    None
+                }
+            }
+        }
+        _ => {
+            cx.error_spanned(
+                ts,
+                format!("expected `{kind}` or `{kind}(<key> = <arg>, ...)`"),
+            );
+            None
+        }
+    }
+}
 
 fn expect_eq(cx: &mut Ctxt, key: &Ident, value: RawValue, syntax: &str) -> Option<TokenStream> {
     match value {

@@ -19,6 +19,11 @@ pub const COUNTERPART: &str = "counterpart";
 pub const CRATE: &str = "crate";
 /// `exact_dw_shapes = false`: `xy_to_dw` may return other shapes (conv).
 pub const EXACT_DW_SHAPES: &str = "exact_dw_shapes";
+/// `trace_kernel = dense | dense(..) | sparse(..) | lora(..) | <fn>`: the
+/// primitive's fused trace kernel.
+pub const TRACE_KERNEL: &str = "trace_kernel";
+/// The trace-kernel kinds a primitive can declare by name.
+pub const KERNEL_KINDS: &[&str] = &["dense", "sparse", "lora"];
 /// The value of `x = none`.
 pub const NONE: &str = "none";
 /// `#[param]` on an argument of the impl function.
@@ -37,6 +42,7 @@ pub const ALL_FLAGS: &[&str] = &[
     "counterpart = <fn>",
     "crate = \"...\"",
     "exact_dw_shapes = false",
+    "trace_kernel = dense | dense(..) | sparse(..) | lora(..) | <fn>",
 ];
 
 /// The trainable name of a primitive with a single trainable operand.

@@ -5,6 +5,7 @@
 //! `options` names the handle's type, since a batched counterpart is a
 //! primitive):
 //! * `params`, `rules`: param values, and the rules as values;
+//! * `trace_kernel`: the fused trace kernel a primitive declares;
 //! * `options`, `spec`: a primitive's layout and flags, and its full
 //!   description as plain data;
 //! * `primitive`: the handle, holding its impl, layout, spec and rules;
@@ -26,6 +27,7 @@ mod registration;
 mod registry;
 mod rules;
 mod spec;
+mod trace_kernel;
 
 pub use check::{check_rules, RuleCheck, RuleReport};
 pub use eqn::{as_etp_eqn, decomposition_warnings, EtpEqn};
@@ -45,3 +47,4 @@ pub use rules::{
     sole, AvalMap, EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW,
 };
 pub use spec::{EtpPrimitiveSpec, ImplFn};
+pub use trace_kernel::{Role, Scale, TraceKernel, TraceKernelDecl};

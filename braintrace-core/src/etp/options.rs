@@ -4,6 +4,7 @@
 //! refers to the handle's type; it calls nothing of the handle.
 
 use super::primitive::EtpPrimitive;
+use super::trace_kernel::{TraceKernel, TraceKernelDecl};
 use crate::error::{Error, Result};
 use std::collections::HashSet;
 use std::fmt;
@@ -52,6 +53,9 @@ pub struct PrimitiveOptions {
     pub exact_dw_shapes: bool,
     /// Where the primitive is defined (shown in duplicate-name errors).
     pub origin: Option<String>,
+    /// The fused trace kernel the primitive declares (checked against its
+    /// rules before a learner uses it), `None`: the rules run.
+    pub trace_kernel: Option<TraceKernelDecl>,
 }
 
 impl Default for PrimitiveOptions {
@@ -66,6 +70,7 @@ impl Default for PrimitiveOptions {
             batched_counterpart: None,
             exact_dw_shapes: true,
             origin: None,
+            trace_kernel: None,
         }
     }
 }
@@ -103,6 +108,16 @@ impl PrimitiveOptions {
     /// Mark a trainable as optional (a trailing operand a bind may omit).
     pub fn optional(mut self, name: &str) -> Self {
         self.optional.push(name.to_string());
+        self
+    }
+    /// Declare the primitive's fused trace kernel.
+    pub fn trace_kernel(mut self, k: TraceKernel) -> Self {
+        self.trace_kernel = Some(TraceKernelDecl::Fixed(k));
+        self
+    }
+    /// Declare the trace kernel as chosen per equation from its params.
+    pub fn trace_kernel_with(mut self, f: fn(&super::Params) -> Option<TraceKernel>) -> Self {
+        self.trace_kernel = Some(TraceKernelDecl::Chosen(f));
         self
     }
     /// Set the batched counterpart.

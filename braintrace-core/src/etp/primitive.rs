@@ -11,6 +11,7 @@ use super::rules::{
     EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW,
 };
 use super::spec::{EtpPrimitiveSpec, ImplFn};
+use super::trace_kernel::TraceKernel;
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};
 use std::collections::HashMap;
@@ -124,6 +125,13 @@ impl EtpPrimitive {
     /// Whether `xy_to_dw` returns the weights' exact shapes.
     pub fn exact_dw_shapes(&self) -> bool {
         self.0.opts.exact_dw_shapes
+    }
+    /// The fused trace kernel this primitive declares for an equation with
+    /// `params` (`None`: none declared, or the declaration does not cover
+    /// these params). Every learning algorithm asks here; the declaration
+    /// is a claim that `learn` checks against the rules before use.
+    pub fn trace_kernel(&self, params: &Params) -> Option<TraceKernel> {
+        self.0.opts.trace_kernel.as_ref()?.for_params(params)
     }
     /// The spec this primitive was built from (spec-based and macro registration).
     pub fn spec(&self) -> Option<&Arc<EtpPrimitiveSpec>> {

@@ -8,6 +8,7 @@ pub mod pages;
 pub(crate) mod reduce;
 pub mod sgemm;
 pub(crate) mod spare;
+pub(crate) mod trace;
 
 use crate::error::{Error, Result};
 use ndarray::{ArrayD, IxDyn};

@@ -45,7 +45,7 @@ pub struct DRtrl {
     pub non_temporal: NonTemporal,
     /// Use the fused in-place trace kernels where a primitive has one (the
     /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
-    /// see [`FusedKernel`](super::FusedKernel)); `false` runs every relation
+    /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
     /// through its registered rules. Default `true`; same numbers either way.
     pub fast_paths: bool,
 }
@@ -91,7 +91,7 @@ pub struct PpProp {
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
     /// Accumulate the weight gradients of relations with a registered
-    /// [`FusedKind::Dense`](super::FusedKind::Dense) kernel in the learner,
+    /// [`TraceKernel::Dense`](crate::etp::TraceKernel::Dense) kernel in the learner,
     /// as one matrix product per chunk of steps (`Σ_t x̄_tᵀ g_t` with the
     /// steps stacked along the batch axis) instead of one `xy_to_dw` per
     /// step (on by default; the same sums, added in another order).

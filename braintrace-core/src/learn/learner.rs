@@ -108,7 +108,7 @@ pub fn compile<M: Model>(
             continue;
         }
         let rel = &eg.relations()[pair.rel];
-        let kind = super::fast::kernel_for(rel.primitive.name(), &rel.params)
+        let kind = super::fast::declared(&rel.primitive, &rel.params)
             .ok_or_else(|| Error::etp(rel.primitive.name(), "compile", "no fused kernel"))?;
         let index: std::collections::BTreeMap<String, usize> = rel
             .trainables
@@ -132,7 +132,7 @@ pub fn compile<M: Model>(
             leaves.push((
                 t.param,
                 FastTrace::for_leaf(
-                    kind,
+                    &kind,
                     key,
                     rel.x_var.is_some(),
                     aval.shape(),
@@ -452,8 +452,8 @@ impl<M: Model> Learner<M> {
                     .iter()
                     .map(|t| Leaf {
                         param: t.param,
-                        has_input: t.name == "weight" && r.x_var.is_some(),
-                        transform: transform_of(&r.params, &t.name).flatten(),
+                        has_input: super::pp_fast::has_input(r, &t.name),
+                        transform: transform_of(r, &t.name).flatten(),
                     })
                     .collect();
                 PpDense::new(leaves, self.state.dtype())

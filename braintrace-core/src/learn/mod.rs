@@ -23,6 +23,7 @@ mod bptt;
 mod compiler;
 mod diagnostics;
 mod fast;
+mod kernel_check;
 mod learner;
 mod nonfinite;
 mod pp_fast;
@@ -33,7 +34,6 @@ pub use algorithm::{rank_decay, Algorithm, DRtrl, NonTemporal, PpProp, Reduction
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
-pub use fast::{fused_kernels, FusedKernel, FusedKind};
 pub use learner::{compile, EtraceGrads, Learner};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;

@@ -1,7 +1,8 @@
 //! pp_prop's weight gradients for dense relations, accumulated by the
 //! learner over chunks of steps.
 //!
-//! For a relation whose primitive has a [`FusedKind::Dense`] kernel
+//! For a relation whose primitive declares a dense trace kernel
+//! ([`TraceKernel::Dense`](crate::etp::TraceKernel::Dense))
 //! (`y = x @ W + b`, or an element-wise weight), `xy_to_dw` of one step is
 //! `∇W = x̄ᵀ g` and `∇b = Σ_rows g`, where `x̄` is the input trace `(rows, I)`
 //! and `g` the step's summed learning signal `(rows, O)` (rows: the batch).
@@ -22,10 +23,10 @@
 //! The same sums as the rules, added in another order; a test checks the
 //! two paths against each other in f64.
 //!
-//! [`FusedKind::Dense`]: super::FusedKind::Dense
 
+use super::Relation;
 use crate::error::{Error, Result};
-use crate::etp::{ElemFn, ParamType, ParamValue, Params};
+use crate::etp::{ElemFn, Role};
 use crate::kernels::sgemm;
 use crate::tensor::{assign, copy_blocks, ArrayData, Aval, DType, Tensor};
 use ndarray::linalg::general_mat_mul;
@@ -52,37 +53,45 @@ pub fn pp_chunk_rows(inputs: usize, outputs: usize, batch_rows: usize) -> usize 
     b * (k / b).max(1)
 }
 
-/// The element-wise transform of trainable `name` (`bias_fn` for `bias`,
-/// `weight_fn` otherwise): `Some(None)` without one, `None` when the param
-/// holds something that is not a transform (the rules then run).
-pub(crate) fn transform_of(params: &Params, name: &str) -> Option<Option<ElemFn>> {
-    let key = if name == "bias" {
-        "bias_fn"
-    } else {
-        "weight_fn"
-    };
-    match params.raw(key) {
-        None | Some(ParamValue::None) => Some(None),
-        Some(v) => ElemFn::from_param(v).map(Some),
-    }
+/// The element-wise transform of trainable `name` as the relation's
+/// declared dense [`TraceKernel`] names it: `Some(None)` without one,
+/// `None` when the kernel does not name the trainable or its param is
+/// unreadable (the rules then run).
+pub(crate) fn transform_of(r: &Relation, name: &str) -> Option<Option<ElemFn>> {
+    let k = r.primitive.trace_kernel(&r.params)?;
+    super::fast::scale_fn(&k, &k.role(name)?, &r.params).ok()
+}
+
+/// Whether trainable `name`'s gradient is `x̄ᵀ g` (the dense kernel's
+/// weight, with an input) rather than `Σ_rows g`.
+pub(crate) fn has_input(r: &Relation, name: &str) -> bool {
+    r.x_var.is_some()
+        && r.primitive
+            .trace_kernel(&r.params)
+            .is_some_and(|k| k.role(name) == Some(Role::Weight))
 }
 
 /// Whether every trainable's transform is readable.
-pub(crate) fn transforms_readable(params: &Params, names: &[&str]) -> bool {
-    names.iter().all(|n| transform_of(params, n).is_some())
+pub(crate) fn transforms_readable(r: &Relation, names: &[&str]) -> bool {
+    names.iter().all(|n| transform_of(r, n).is_some())
 }
 
 /// Whether the shapes of a relation fit: `weight (I, O)` with an input
 /// `x (*lead, I)` over the hidden group `(*lead, O)`, every other trainable
 /// (a bias, or the weight of a primitive without input) `(O,)`.
-pub(crate) fn shapes_fit(x: Option<&Aval>, vs: &[usize], weights: &BTreeMap<String, Aval>) -> bool {
+pub(crate) fn shapes_fit(
+    r: &Relation,
+    x: Option<&Aval>,
+    vs: &[usize],
+    weights: &BTreeMap<String, Aval>,
+) -> bool {
     let Some((&o, lead)) = vs.split_last() else {
         return false;
     };
     !weights.is_empty()
         && weights
             .iter()
-            .all(|(k, w)| match x.filter(|_| k == "weight") {
+            .all(|(k, w)| match x.filter(|_| has_input(r, k)) {
                 Some(x) => match x.shape().split_last() {
                     Some((&i, xlead)) => xlead == lead && w.shape() == [i, o],
                     None => false,

@@ -164,7 +164,7 @@ pub(crate) struct Layout {
     pub fast: Vec<bool>,
     /// pp_prop: per pair, whether the learner accumulates its weight
     /// gradients from `x̄` and the summed signal (a relation with a
-    /// [`FusedKind::Dense`](super::FusedKind::Dense) kernel whose shapes fit):
+    /// [`TraceKernel::Dense`](crate::etp::TraceKernel::Dense) kernel whose shapes fit):
     /// the gradient program then returns those two instead of calling
     /// `xy_to_dw`.
     pub pp_fast: Vec<bool>,
@@ -250,9 +250,7 @@ impl Program {
                     group: gi,
                 });
                 let kernel = match algo {
-                    Algorithm::DRtrl(d) if d.fast_paths => {
-                        super::fast::kernel_for(r.primitive.name(), &r.params)
-                    }
+                    Algorithm::DRtrl(d) if d.fast_paths => super::fast::kernel_for(r, g, grp)?,
                     _ => None,
                 };
                 let y = g.aval(r.y_var).clone();
@@ -286,7 +284,7 @@ impl Program {
                         let xa = r.x_var.map(|v| g.aval(v));
                         fast.push(kernel.is_some_and(|k| {
                             super::fast::shapes_fit(
-                                k,
+                                &k,
                                 xa,
                                 &grp.varshape,
                                 s,
@@ -319,18 +317,21 @@ impl Program {
                         pp_f.push(Aval::new(&vs, init.dtype()));
                         fast.push(false);
                         let dense = matches!(algo, Algorithm::PpProp(pp) if pp.fast_paths)
-                            && super::fast::kernel_for(r.primitive.name(), &r.params)
+                            && super::fast::kernel_for(r, g, grp)?
+                                .as_ref()
+                                .map(super::fast::FusedKind::of)
                                 == Some(super::fast::FusedKind::Dense)
                             && super::pp_fast::transforms_readable(
-                                &r.params,
+                                r,
                                 &r.trainables
                                     .iter()
                                     .map(|t| t.name.as_str())
                                     .collect::<Vec<_>>(),
                             );
                         let xa = r.x_var.map(|v| g.aval(v));
-                        pp_fast
-                            .push(dense && super::pp_fast::shapes_fit(xa, &grp.varshape, &weights));
+                        pp_fast.push(
+                            dense && super::pp_fast::shapes_fit(r, xa, &grp.varshape, &weights),
+                        );
                     }
                 }
             }

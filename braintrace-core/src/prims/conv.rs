@@ -170,9 +170,25 @@ fn drop_batch(t: Tensor, batched: bool) -> Result<Tensor> {
     }
 }
 
+/// The fused trace kernel covers the default channel-first layout without
+/// feature groups; any other convolution runs its rules.
+fn conv_trace_kernel(p: &crate::etp::Params) -> Option<crate::etp::TraceKernel> {
+    let default_layout = matches!(
+        p.raw("dimension_numbers"),
+        None | Some(crate::etp::ParamValue::None)
+    );
+    let groups = p.get::<usize>(OP, "feature_group_count").ok();
+    (default_layout && groups == Some(1)).then(|| crate::etp::TraceKernel::Conv {
+        weight: "weight".into(),
+        bias: Some("bias".into()),
+        weight_scale: crate::etp::Scale::Fn("kernel_fn".into()),
+        bias_scale: crate::etp::Scale::Fn("bias_fn".into()),
+    })
+}
+
 /// `y = conv(x, kernel_fn(K)) (+ bias_fn(b))`; `x` carries the batch axis.
 #[allow(clippy::too_many_arguments)]
-#[etp_primitive(name = "etp_conv", crate = "crate", batched, exact_dw_shapes = false, x = x, weight = [weight, bias])]
+#[etp_primitive(name = "etp_conv", crate = "crate", batched, exact_dw_shapes = false, x = x, weight = [weight, bias], trace_kernel = conv_trace_kernel)]
 pub fn etp_conv(
     x: &Tensor,
     weight: &Tensor,

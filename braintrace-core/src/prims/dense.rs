@@ -29,7 +29,7 @@ fn dense(
 }
 
 /// `y = x @ weight_fn(W) (+ bias_fn(b))` for a batch `x (B, I)`.
-#[etp_primitive(name = "etp_mm", crate = "crate", batched, x = x, weight = [weight, bias])]
+#[etp_primitive(name = "etp_mm", crate = "crate", batched, x = x, weight = [weight, bias], trace_kernel = dense(weight_fn = weight_fn, bias_fn = bias_fn))]
 pub fn etp_mm(
     x: &Tensor,
     weight: &Tensor,
@@ -42,7 +42,7 @@ pub fn etp_mm(
 }
 
 /// `y = x @ weight_fn(W) (+ bias_fn(b))` for one sample `x (I,)`.
-#[etp_primitive(name = "etp_mv", crate = "crate", counterpart = etp_mm, x = x, weight = [weight, bias])]
+#[etp_primitive(name = "etp_mv", crate = "crate", counterpart = etp_mm, x = x, weight = [weight, bias], trace_kernel = dense(weight_fn = weight_fn, bias_fn = bias_fn))]
 pub fn etp_mv(
     x: &Tensor,
     weight: &Tensor,

@@ -13,7 +13,7 @@ use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
 /// `y = weight_fn(w)`. Its `xy_to_dw` broadcasts over leading axes of `hidden`
 /// (a batched hidden state), as braintrace's does, hence `exact_dw_shapes = false`.
-#[etp_primitive(name = "etp_elemwise", crate = "crate", gradient_enabled, exact_dw_shapes = false, x = none, weight = weight)]
+#[etp_primitive(name = "etp_elemwise", crate = "crate", gradient_enabled, exact_dw_shapes = false, x = none, weight = weight, trace_kernel = dense(weight_fn = weight_fn))]
 pub fn etp_elemwise(weight: &Tensor, #[param] weight_fn: Option<ElemFn>) -> Result<Tensor> {
     apply_fn(&weight_fn, weight)
 }

@@ -56,7 +56,7 @@ fn lora(
 
 /// `y = α x @ b_fn(B) @ a_fn(A) (+ bias_fn(b))` for a batch `x (B, I)`.
 #[allow(clippy::too_many_arguments)]
-#[etp_primitive(name = "etp_lora_mm", crate = "crate", batched, x = x, trainables(lora_b = lora_b, lora_a = lora_a, bias = bias))]
+#[etp_primitive(name = "etp_lora_mm", crate = "crate", batched, x = x, trainables(lora_b = lora_b, lora_a = lora_a, bias = bias), trace_kernel = lora(alpha = alpha, a_fn = a_fn, b_fn = b_fn, bias_fn = bias_fn))]
 pub fn etp_lora_mm(
     x: &Tensor,
     lora_b: &Tensor,
@@ -88,7 +88,7 @@ pub fn etp_lora_mm(
 
 /// `y = α x @ b_fn(B) @ a_fn(A) (+ bias_fn(b))` for one sample `x (I,)`.
 #[allow(clippy::too_many_arguments)]
-#[etp_primitive(name = "etp_lora_mv", crate = "crate", counterpart = etp_lora_mm, x = x, trainables(lora_b = lora_b, lora_a = lora_a, bias = bias))]
+#[etp_primitive(name = "etp_lora_mv", crate = "crate", counterpart = etp_lora_mm, x = x, trainables(lora_b = lora_b, lora_a = lora_a, bias = bias), trace_kernel = lora(alpha = alpha, a_fn = a_fn, b_fn = b_fn, bias_fn = bias_fn))]
 pub fn etp_lora_mv(
     x: &Tensor,
     lora_b: &Tensor,

@@ -180,7 +180,7 @@ fn sparse(
 }
 
 /// `y = x @ M(weight_fn(w)) (+ bias_fn(b))` for a batch `x (B, I)`.
-#[etp_primitive(name = "etp_sp_mm", crate = "crate", batched, x = x, weight = [weight, bias])]
+#[etp_primitive(name = "etp_sp_mm", crate = "crate", batched, x = x, weight = [weight, bias], trace_kernel = sparse(structure = sparse_mat, weight_fn = weight_fn, bias_fn = bias_fn))]
 pub fn etp_sp_mm(
     x: &Tensor,
     weight: &Tensor,
@@ -203,7 +203,7 @@ pub fn etp_sp_mm(
 }
 
 /// `y = x @ M(weight_fn(w)) (+ bias_fn(b))` for one sample `x (I,)`.
-#[etp_primitive(name = "etp_sp_mv", crate = "crate", counterpart = etp_sp_mm, x = x, weight = [weight, bias])]
+#[etp_primitive(name = "etp_sp_mv", crate = "crate", counterpart = etp_sp_mm, x = x, weight = [weight, bias], trace_kernel = sparse(structure = sparse_mat, weight_fn = weight_fn, bias_fn = bias_fn))]
 pub fn etp_sp_mv(
     x: &Tensor,
     weight: &Tensor,
