@@ -1,7 +1,7 @@
 //! Online learning with eligibility traces: model state addressed by path,
 //! the ETP compiler (hidden groups, relations, diagnostics), the learner
 //! and its step programs, the online algorithms — D-RTRL and ES-D-RTRL
-//! (pp_prop), one module each on the traits of [`algorithm`] — and a BPTT
+//! (pp_prop), one module each on the traits of `learn/algorithm.rs` — and a BPTT
 //! reference.
 //!
 //! ```
@@ -35,7 +35,7 @@ mod state;
 
 /// The algorithms: each a module of its own (its configuration type, its
 /// trace rule and learner-side state), registered by one line here (see
-/// [`algorithm`]'s docs).
+/// `learn/algorithm.rs`).
 macro_rules! algorithms {
     ($($module:ident::{$($public:ident),*};)*) => {
         $(mod $module; pub use $module::{$($public),*};)*

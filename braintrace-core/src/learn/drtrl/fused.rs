@@ -26,6 +26,21 @@ impl FusedIn {
     pub(super) fn push_to(self, v: &mut Vec<Tensor>) {
         v.extend([self.x, self.d, self.df]);
     }
+    /// Read [`push_to`](Self::push_to)'s tensors back, pair by pair.
+    fn read(v: &[Tensor]) -> impl Iterator<Item = FusedArgs<'_>> {
+        v.chunks_exact(3).map(|c| FusedArgs {
+            x: &c[0],
+            d: &c[1],
+            df: &c[2],
+        })
+    }
+}
+
+/// A [`FusedIn`] as the learner reads it from the program's results.
+struct FusedArgs<'a> {
+    x: &'a Tensor,
+    d: &'a Tensor,
+    df: &'a Tensor,
 }
 
 /// The learner-owned traces of one (relation, group) pair that a fused
@@ -108,11 +123,10 @@ impl DrtrlState {
     /// Run the kernels of one step: `fwd` three tensors per pair
     /// ([`FusedIn`]), `signals` one per group when a gradient is wanted.
     fn run(&mut self, fwd: &[Tensor], signals: Option<&[Tensor]>, solve: Solve) -> Result<()> {
-        for (f, ins) in self.fast.iter_mut().zip(fwd.chunks_exact(3)) {
-            let (x, d, df) = (&ins[0], &ins[1], &ins[2]);
+        for (f, a) in self.fast.iter_mut().zip(FusedIn::read(fwd)) {
             let g = signals.map(|s| &s[f.group]);
             for (_, t) in &mut f.leaves {
-                t.step(Some(x), d, df, g, solve)?;
+                t.step(Some(a.x), a.d, a.df, g, solve)?;
             }
         }
         Ok(())

@@ -108,8 +108,9 @@ impl DrtrlRule {
             .collect()
     }
 
-    /// What the fused kernels need from the forward program, per fast pair:
-
+    /// The new traces of the pairs the rules run, per state `a`:
+    /// `Σ_b yw_to_w(D[a, b], ε[b]) + instant_drtrl(x, Df[a])`, stacked on
+    /// the trailing state axis (`ds` per group, `dfs` per pair).
     fn drtrl_update(
         &self,
         params: &[Tensor],

@@ -21,6 +21,10 @@ impl DenseRows {
     pub(super) fn push_to(self, v: &mut Vec<Tensor>) {
         v.extend([self.x, self.g]);
     }
+    /// Read [`push_to`](Self::push_to)'s tensors back, pair by pair: `(x̄, g)`.
+    fn read(v: &[Tensor]) -> impl Iterator<Item = (&Tensor, &Tensor)> {
+        v.chunks_exact(2).map(|c| (&c[0], &c[1]))
+    }
 }
 
 /// pp_prop's [`TraceState`]: its traces all live in the step program; the
@@ -57,8 +61,8 @@ impl TraceState for PpState {
         let Some(rows) = grad else {
             return Ok(());
         };
-        for (acc, r) in self.acc.iter_mut().zip(rows.chunks_exact(2)) {
-            acc.push(&r[0], &r[1])?;
+        for (acc, (x, g)) in self.acc.iter_mut().zip(DenseRows::read(rows)) {
+            acc.push(x, g)?;
         }
         Ok(())
     }
