@@ -210,6 +210,12 @@ pub(crate) struct StepEval<'a> {
     pub d_cols: Vec<Vec<Vec<Tensor>>>,
     /// `∂h_a/∂y` of each pair's relation output per state: `df[pair][a]`, `(V..)`.
     pub df: Vec<Vec<Tensor>>,
+    /// `D` stacked per group, `(V.., S, S)`, when [`TraceRule::stacked`]
+    /// (else empty).
+    pub d: Vec<Tensor>,
+    /// `Df` stacked per pair, `(V.., S)`, when [`TraceRule::stacked`]
+    /// (else empty).
+    pub df_stacked: Vec<Tensor>,
 }
 
 /// A trace update's results.
@@ -256,6 +262,11 @@ pub(crate) trait TraceRule: Send + Sync {
     /// Whether pair `pair`'s weight gradients come from the step program
     /// (`false`: from the learner's [`TraceState`] alone, or they are zero).
     fn in_program(&self, pair: usize) -> bool;
+    /// Whether [`update`](Self::update) reads `D` and `Df` stacked
+    /// ([`StepEval::d`], [`StepEval::df_stacked`]).
+    fn stacked(&self) -> bool {
+        false
+    }
     /// How many tensors [`Update::extra`] holds.
     fn forward_extra(&self) -> usize;
     /// The scalar input of the step after `n` earlier steps (pp_prop's bias

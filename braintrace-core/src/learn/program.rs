@@ -21,6 +21,7 @@ use super::algorithm::{
 };
 use super::compiler::EtraceGraph;
 use super::hooked::{eval_hooked, Hooks};
+use super::shared::stack_last;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, VarId};
 use crate::tensor::Tensor;
@@ -261,7 +262,23 @@ impl Program {
             }
             d_cols.push(cols);
         }
-        // Df per pair, per state (V).
+        // D stacked, (V, S, S) per group, for a rule that reads it so
+        // (made here, before the Df, so that the staged program is the
+        // one the plan's compiled groups were generated for).
+        let stacked = self.rule.stacked();
+        let mut ds = Vec::new();
+        if stacked {
+            for cols in &d_cols {
+                let rows: Vec<Tensor> = (0..cols.len())
+                    .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
+                    .collect::<Result<_>>()?;
+                let nd = rows[0].ndim() - 1;
+                ds.push(crate::ops::stack(&rows, nd)?);
+            }
+        }
+
+        // Df per pair: per state (V), and stacked (V, S) when asked.
+        let mut dfs = Vec::new();
         let mut df_parts = Vec::with_capacity(self.layout.pairs.len());
         for pair in &self.layout.pairs {
             let r = &eg.relations()[pair.rel];
@@ -279,6 +296,9 @@ impl Program {
             };
             let y = rec[&yv].clone();
             let (_, t) = jvp(f, std::slice::from_ref(&y), &[y.ones_like()])?;
+            if stacked {
+                dfs.push(stack_last(&t)?);
+            }
             df_parts.push(t);
         }
 
@@ -293,6 +313,8 @@ impl Program {
             xs,
             d_cols,
             df: df_parts,
+            d: ds,
+            df_stacked: dfs,
         };
         let up = self.rule.update(&step, traces)?;
         Ok(Forward {

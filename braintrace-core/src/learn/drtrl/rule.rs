@@ -294,21 +294,8 @@ impl TraceRule for DrtrlRule {
     }
 
     fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update> {
-        // D stacked per group, (V, S, S), and Df per pair, (V, S).
-        let mut ds = Vec::with_capacity(step.d_cols.len());
-        for cols in &step.d_cols {
-            let rows: Vec<Tensor> = (0..cols.len())
-                .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
-                .collect::<Result<_>>()?;
-            let nd = rows[0].ndim() - 1;
-            ds.push(crate::ops::stack(&rows, nd)?);
-        }
-        let dfs: Vec<Tensor> = step
-            .df
-            .iter()
-            .map(|t| stack_last(t))
-            .collect::<Result<_>>()?;
-        let new = self.drtrl_update(step.params, traces, &ds, &dfs, &step.xs)?;
+        let (ds, dfs) = (&step.d, &step.df_stacked);
+        let new = self.drtrl_update(step.params, traces, ds, dfs, &step.xs)?;
         // What the fused kernels read, per fast pair.
         let mut extra = Vec::with_capacity(3 * self.fused());
         for (pi, pair) in self.pairs.iter().enumerate() {
@@ -353,6 +340,10 @@ impl TraceRule for DrtrlRule {
 
     fn in_program(&self, pair: usize) -> bool {
         !self.fast[pair]
+    }
+
+    fn stacked(&self) -> bool {
+        true
     }
 
     fn forward_extra(&self) -> usize {
