@@ -1,8 +1,64 @@
-//! The online learning algorithms and their options: D-RTRL (traces of
-//! parameter dimension) and ES-D-RTRL / pp_prop (traces of input and output
-//! dimension), each with a single-step or multi-step VJP.
+//! What an online learning algorithm is to the learner: the public
+//! [`Algorithm`] value a user passes to [`compile`](super::compile), the
+//! options every algorithm shares ([`VjpMethod`], [`NonTemporal`]), and the
+//! three crate-internal traits an algorithm implements, one module each
+//! (`learn/drtrl/`, `learn/pp_prop/`):
+//!
+//! * [`OnlineAlgorithm`] — the configuration (`DRtrl`, `PpProp`): its name,
+//!   options, and [`plan`](OnlineAlgorithm::plan), which lays out its traces
+//!   for a compiled graph;
+//! * [`TraceRule`] — the algorithm planned for one graph, immutable, read
+//!   by the staged step programs: its traces at zero, the per-step trace
+//!   update (`forward`) and the gradient solve, both traced into the step
+//!   program from the shared values of [`StepEval`] and [`SolveIn`];
+//! * [`TraceState`] — what the learner itself owns and advances between
+//!   staged steps (D-RTRL's fused-kernel traces, pp_prop's chunked weight
+//!   gradients).
+//!
+//! The learner runs the staged program, reads its results by name
+//! ([`StepOut`](super::program::StepOut)), hands the algorithm's own
+//! outputs ([`Update::extra`], [`Solved::extra`]) to its [`TraceState`] —
+//! one dynamic call per step (a few nanoseconds against a step of at least
+//! ~4 µs) — and adds the gradients.
+//!
+//! # Adding an algorithm
+//!
+//! 1. A module `learn/my_algo/` with its configuration type (public, with
+//!    builder methods), an `impl OnlineAlgorithm` for it, an
+//!    `impl From<MyAlgo> for Algorithm` (`Algorithm::new(a)`), its
+//!    [`TraceRule`] (traces, update, solve) and its [`TraceState`] (a unit
+//!    struct with the default methods when all its traces live in the
+//!    program).
+//! 2. One registration line in `learn/mod.rs`, in the `algorithms!` list:
+//!
+//! ```text
+//! algorithms! {
+//!     drtrl::{DRtrl};
+//!     pp_prop::{rank_decay, PpProp};
+//!     my_algo::{MyAlgo};          // <- the one line
+//! }
+//! ```
+//!
+//! Nothing else changes: `compile(model, state, MyAlgo::new(..), x0, batch)`
+//! accepts it through `From`, and the learner's programs, `explain`,
+//! `traces` and `reset_state` go through the traits.
+//!
+//! Why a boxed `dyn` and not a type parameter: `Learner<M>` stays one type
+//! whatever the algorithm (a generic `Learner<M, A>` would change every
+//! signature that names a learner), an algorithm chosen at run time (a
+//! name, a command-line flag) needs no match over every algorithm, and the
+//! dynamic calls happen once per step, not per element: the per-element
+//! work is inside the staged program and the algorithm's kernels.
 
-use crate::error::{Error, Result};
+use super::compiler::EtraceGraph;
+use super::state::ModelState;
+use crate::error::Result;
+use crate::graph::VarId;
+use crate::tensor::Tensor;
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
 
 /// How the learning signal of a step is obtained (braintrace's `vjp_method`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,180 +91,6 @@ pub enum NonTemporal {
     InStep,
 }
 
-/// D-RTRL: eligibility traces with the dimension of the parameters, the
-/// hidden-to-hidden Jacobian kept diagonal.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DRtrl {
-    /// Single-step (default) or multi-step learning signal.
-    pub vjp_method: VjpMethod,
-    /// Gradient of parameters without relation in single-step mode.
-    pub non_temporal: NonTemporal,
-    /// Use the fused in-place trace kernels where a primitive has one (the
-    /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
-    /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
-    /// through its registered rules. Default `true`; same numbers either way.
-    pub fast_paths: bool,
-}
-
-impl Default for DRtrl {
-    fn default() -> Self {
-        DRtrl {
-            vjp_method: VjpMethod::SingleStep,
-            non_temporal: NonTemporal::InStep,
-            fast_paths: true,
-        }
-    }
-}
-
-impl DRtrl {
-    /// With or without the fused trace kernels.
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
-    }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-}
-
-/// ES-D-RTRL / pp_prop: a decaying input trace `x̄` per relation input and a
-/// decaying output trace `f̄` per relation and group.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PpProp {
-    /// Decay of the input trace `x̄`.
-    pub decay_x: f64,
-    /// Decay of the output trace `f̄`.
-    pub decay_f: f64,
-    /// Single-step (default) or multi-step learning signal.
-    pub vjp_method: VjpMethod,
-    /// Gradient of parameters without relation in single-step mode.
-    pub non_temporal: NonTemporal,
-    /// Accumulate the weight gradients of relations with a registered
-    /// [`TraceKernel::Dense`](crate::etp::TraceKernel::Dense) kernel in the learner,
-    /// as one matrix product per chunk of steps (`Σ_t x̄_tᵀ g_t` with the
-    /// steps stacked along the batch axis) instead of one `xy_to_dw` per
-    /// step (on by default; the same sums, added in another order).
-    pub fast_paths: bool,
-}
-
-impl PpProp {
-    /// One decay `α ∈ [0, 1)` for both traces (`decay_or_rank` as a float).
-    pub fn new(decay: f64) -> Result<Self> {
-        Self::decays(decay, decay)
-    }
-    /// The decay of a rank `r ≥ 1`: `α = (r − 1)/(r + 1)` (`decay_or_rank` as an int).
-    pub fn rank(r: usize) -> Result<Self> {
-        let a = rank_decay(r)?;
-        Self::decays(a, a)
-    }
-    /// Separate decays for the input and output traces (`decay_or_rank` as a pair).
-    pub fn decays(decay_x: f64, decay_f: f64) -> Result<Self> {
-        for (name, d) in [("decay_x", decay_x), ("decay_f", decay_f)] {
-            if !(0.0..1.0).contains(&d) {
-                return Err(Error::invalid(
-                    "PpProp",
-                    format!("{name} must be in [0, 1), got {d}"),
-                ));
-            }
-        }
-        Ok(PpProp {
-            decay_x,
-            decay_f,
-            vjp_method: VjpMethod::SingleStep,
-            non_temporal: NonTemporal::InStep,
-            fast_paths: true,
-        })
-    }
-    /// With the fused weight-gradient accumulation on or off (see
-    /// [`fast_paths`](Self::fast_paths)).
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
-    }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// The bias correction of call `n` (counted from 0): `max(1 − α_f^{n+1}, 1e−8)`
-    /// for `n < 1000`, else 1 (as braintrace 0.2.6).
-    pub fn correction(&self, n: usize) -> f64 {
-        if n < 1000 {
-            (1.0 - self.decay_f.powi(n as i32 + 1)).max(1e-8)
-        } else {
-            1.0
-        }
-    }
-}
-
-/// `α = (r − 1)/(r + 1)` for a rank `r ≥ 1`.
-pub fn rank_decay(r: usize) -> Result<f64> {
-    if r == 0 {
-        return Err(Error::invalid(
-            "PpProp::rank",
-            "the rank must be at least 1",
-        ));
-    }
-    Ok((r as f64 - 1.0) / (r as f64 + 1.0))
-}
-
-/// An online learning algorithm.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Algorithm {
-    /// D-RTRL.
-    DRtrl(DRtrl),
-    /// ES-D-RTRL / pp_prop.
-    PpProp(PpProp),
-}
-
-impl Algorithm {
-    /// The VJP method.
-    pub fn vjp_method(&self) -> VjpMethod {
-        match self {
-            Algorithm::DRtrl(a) => a.vjp_method,
-            Algorithm::PpProp(a) => a.vjp_method,
-        }
-    }
-    /// The treatment of non-temporal parameters.
-    pub fn non_temporal(&self) -> NonTemporal {
-        match self {
-            Algorithm::DRtrl(a) => a.non_temporal,
-            Algorithm::PpProp(a) => a.non_temporal,
-        }
-    }
-    /// A short name (`d_rtrl`, `pp_prop`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Algorithm::DRtrl(_) => "d_rtrl",
-            Algorithm::PpProp(_) => "pp_prop",
-        }
-    }
-}
-
-impl From<DRtrl> for Algorithm {
-    fn from(a: DRtrl) -> Self {
-        Algorithm::DRtrl(a)
-    }
-}
-
-impl From<PpProp> for Algorithm {
-    fn from(a: PpProp) -> Self {
-        Algorithm::PpProp(a)
-    }
-}
-
 /// How `etrace_grad` reduces the per-step gradients over time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reduction {
@@ -217,4 +99,224 @@ pub enum Reduction {
     Mean,
     /// The sum over steps.
     Sum,
+}
+
+/// An online learning algorithm with its options: what
+/// [`compile`](super::compile) takes (any algorithm's configuration,
+/// [`DRtrl`](super::DRtrl) or [`PpProp`](super::PpProp), converts into it)
+/// and [`Learner::algorithm`](super::Learner::algorithm) returns. Cheap to
+/// clone (shared).
+///
+/// ```
+/// use braintrace_core::learn::{Algorithm, DRtrl, PpProp, VjpMethod};
+///
+/// let a: Algorithm = DRtrl::default().vjp_method(VjpMethod::MultiStep).into();
+/// assert_eq!(a.name(), "d_rtrl");
+/// assert_eq!(a.vjp_method(), VjpMethod::MultiStep);
+/// assert!(a.get::<DRtrl>().is_some_and(|d| d.fast_paths));
+/// assert!(a.get::<PpProp>().is_none());
+/// ```
+#[derive(Clone)]
+pub struct Algorithm(Arc<dyn OnlineAlgorithm>);
+
+impl Algorithm {
+    /// Wrap an algorithm's configuration (each algorithm's `From` impl).
+    pub(crate) fn new(a: impl OnlineAlgorithm) -> Self {
+        Algorithm(Arc::new(a))
+    }
+    /// A short name (`d_rtrl`, `pp_prop`).
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    /// The VJP method.
+    pub fn vjp_method(&self) -> VjpMethod {
+        self.0.vjp_method()
+    }
+    /// The treatment of non-temporal parameters.
+    pub fn non_temporal(&self) -> NonTemporal {
+        self.0.non_temporal()
+    }
+    /// The configuration, when it is a `T` (e.g. `get::<DRtrl>()`).
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+    /// The configuration behind the value.
+    pub(crate) fn config(&self) -> &dyn OnlineAlgorithm {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Algorithm {
+    /// `DRtrl(DRtrl { vjp_method: .. })`: the configuration's type, then
+    /// its fields (as the enum this type replaces printed it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple(self.0.type_name()).field(&self.0).finish()
+    }
+}
+
+impl PartialEq for Algorithm {
+    /// The same algorithm with the same options.
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same(other.0.as_any())
+    }
+}
+
+/// An algorithm's configuration (see the module docs).
+pub(crate) trait OnlineAlgorithm: fmt::Debug + Send + Sync + 'static {
+    /// A short name (`d_rtrl`), as braintrace names it.
+    fn name(&self) -> &'static str;
+    /// The configuration type's name (`DRtrl`), for `Debug`.
+    fn type_name(&self) -> &'static str;
+    /// The VJP method.
+    fn vjp_method(&self) -> VjpMethod;
+    /// The treatment of non-temporal parameters.
+    fn non_temporal(&self) -> NonTemporal;
+    /// For [`Algorithm::get`].
+    fn as_any(&self) -> &dyn Any;
+    /// Whether `other` is the same configuration (`other.downcast_ref() == Some(self)`).
+    fn same(&self, other: &dyn Any) -> bool;
+    /// Lay out the traces of every (relation, group) pair of `eg` (`pairs`,
+    /// in the order of the relations; `x_vars` their distinct inputs): an
+    /// error names the relation the algorithm cannot handle.
+    fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>>;
+}
+
+/// One (relation, group) pair that carries traces.
+#[derive(Clone, Debug)]
+pub(crate) struct Pair {
+    /// The relation's index.
+    pub rel: usize,
+    /// The hidden group's index.
+    pub group: usize,
+}
+
+/// The (relation, group) pairs of a compiled graph and their inputs:
+/// what every algorithm's traces are laid out over.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// Every (relation, group) pair, relation by relation.
+    pub pairs: Vec<Pair>,
+    /// The relations' distinct inputs `x`, in first-use order.
+    pub x_vars: Vec<VarId>,
+}
+
+/// One step's values every trace update reads, computed once by the
+/// forward program (all traced: symbolic while the step is staged).
+pub(crate) struct StepEval<'a> {
+    /// The parameter values, in [`ModelState`] order.
+    pub params: &'a [Tensor],
+    /// Each relation input's value (`Layout::x_vars`).
+    pub xs: HashMap<VarId, Tensor>,
+    /// Hidden-to-hidden Jacobian columns per group, `d_cols[group][b][a]`
+    /// = `D[.., a, b]`, each shaped like the group's states `(V..)`.
+    pub d_cols: Vec<Vec<Vec<Tensor>>>,
+    /// `∂h_a/∂y` of each pair's relation output per state: `df[pair][a]`, `(V..)`.
+    pub df: Vec<Vec<Tensor>>,
+    /// `D` stacked per group, `(V.., S, S)`, when [`TraceRule::stacked`]
+    /// (else empty).
+    pub d: Vec<Tensor>,
+    /// `Df` stacked per pair, `(V.., S)`, when [`TraceRule::stacked`]
+    /// (else empty).
+    pub df_stacked: Vec<Tensor>,
+}
+
+/// A trace update's results.
+pub(crate) struct Update {
+    /// The traces the step program carries, in [`TraceRule::zeros`] order.
+    pub traces: Vec<Tensor>,
+    /// What the algorithm's [`TraceState`] reads after the step.
+    pub extra: Vec<Tensor>,
+}
+
+/// What the gradient solve reads (traced).
+pub(crate) struct SolveIn<'a> {
+    /// The parameter values.
+    pub params: &'a [Tensor],
+    /// The traces to solve with: after this step's update (single-step) or
+    /// before it (multi-step).
+    pub traces: &'a [Tensor],
+    /// The learning signal per hidden state (`∂L_t/∂h_t` or
+    /// `∂L_t/∂h_{t−1}`), in the model's hidden order.
+    pub signal: &'a [Tensor],
+    /// The step's scalar input ([`TraceRule::scalar`]).
+    pub scalar: &'a Tensor,
+}
+
+/// A solve's results.
+pub(crate) struct Solved {
+    /// Gradients by parameter index (summed when an index repeats); only
+    /// parameters of pairs for which [`TraceRule::in_program`] holds.
+    pub grads: Vec<(usize, Tensor)>,
+    /// What the algorithm's [`TraceState`] reads after the step.
+    pub extra: Vec<Tensor>,
+}
+
+/// An algorithm planned for one compiled graph (see the module docs).
+pub(crate) trait TraceRule: Send + Sync {
+    /// The traces the step programs carry, at zero.
+    fn zeros(&self) -> Vec<Tensor>;
+    /// The learner-owned part of the traces, at zero.
+    fn state(&self, state: &ModelState) -> Result<Box<dyn TraceState>>;
+    /// The step's trace update (traced into the forward program).
+    fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update>;
+    /// The step's gradient solve (traced into the gradient program).
+    fn solve(&self, s: &SolveIn<'_>) -> Result<Solved>;
+    /// Whether pair `pair`'s weight gradients come from the step program
+    /// (`false`: from the learner's [`TraceState`] alone, or they are zero).
+    fn in_program(&self, pair: usize) -> bool;
+    /// Whether [`update`](Self::update) reads `D` and `Df` stacked
+    /// ([`StepEval::d`], [`StepEval::df_stacked`]).
+    fn stacked(&self) -> bool {
+        false
+    }
+    /// How many tensors [`Update::extra`] holds.
+    fn forward_extra(&self) -> usize;
+    /// The scalar input of the step after `n` earlier steps (pp_prop's bias
+    /// correction; 1 when unused).
+    fn scalar(&self, _n: usize) -> f64 {
+        1.0
+    }
+    /// The traces in their public layout, program-carried ones first
+    /// (`traces` in [`zeros`](Self::zeros) order), then `state`'s.
+    fn public(&self, traces: &[Tensor], state: &dyn TraceState) -> Result<Vec<Tensor>>;
+    /// Lines for [`Learner::explain`](super::Learner::explain), after the
+    /// algorithm's own line.
+    fn explain(&self) -> Vec<String>;
+}
+
+/// The traces and accumulators a learner owns for its algorithm, advanced
+/// between staged steps (see the module docs).
+pub(crate) trait TraceState: Send {
+    /// Before [`Learner::update`](super::Learner::update)'s step (after its
+    /// program ran): values derived from the current parameters.
+    fn begin_update(&mut self, _params: &[Tensor]) -> Result<()> {
+        Ok(())
+    }
+    /// Before an `etrace_grad` call's steps: derived values, gradients
+    /// from zero.
+    fn begin_grad(&mut self, _params: &[Tensor]) -> Result<()> {
+        Ok(())
+    }
+    /// After a staged step: `fwd` its [`Update::extra`], `grad` its
+    /// [`Solved::extra`] (`None` for a plain update).
+    fn step(&mut self, _fwd: &[Tensor], _grad: Option<&[Tensor]>) -> Result<()> {
+        Ok(())
+    }
+    /// The gradients accumulated since [`begin_grad`](Self::begin_grad),
+    /// by parameter index.
+    fn take_grads(&mut self, _params: &[Tensor]) -> Result<Vec<(usize, Tensor)>> {
+        Ok(Vec::new())
+    }
+    /// Drop this call's gradients (a step failed).
+    fn drop_grads(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Traces to zero.
+    fn reset(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Copies of the owned traces, in the public layout.
+    fn tensors(&self) -> Vec<Tensor> {
+        Vec::new()
+    }
 }

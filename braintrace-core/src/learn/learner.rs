@@ -2,15 +2,14 @@
 //! [`Learner::update`] one step at a time or [`Learner::etrace_grad`] over
 //! a sequence, with memory constant in its length.
 
-use super::algorithm::{Algorithm, Reduction, VjpMethod};
+use super::algorithm::{Algorithm, Reduction, TraceState, VjpMethod};
 use super::compiler::EtraceGraph;
-use super::fast::{FastTrace, Solve};
-use super::pp_fast::{transform_of, Leaf, PpDense};
-use super::program::Program;
+use super::program::{Forward, Program, StepCounts, StepOut};
+use super::rows::{fill, set_scalar, stack_scalars};
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::tensor::{Aval, DType, Tensor};
+use crate::tensor::{Aval, Tensor};
 use crate::transform::{Jit, Staged};
 use std::sync::{Arc, Mutex};
 
@@ -25,22 +24,17 @@ pub struct EtraceGrads {
 
 type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
-/// The learner-owned traces of one (relation, group) pair that a fused
-/// kernel runs: one buffer per trainable, with the parameter it feeds.
-#[derive(Clone, Debug)]
-struct FastPair {
-    group: usize,
-    leaves: Vec<(usize, FastTrace)>,
-}
-
 /// A model compiled for online learning: its state, the analysis of its
 /// step, its eligibility traces and the staged per-step programs.
 pub struct Learner<M: Model> {
     model: M,
     state: ModelState,
     program: Arc<Program>,
+    /// The traces the step programs carry (the algorithm's
+    /// [`TraceRule::zeros`](super::algorithm::TraceRule::zeros) layout).
     traces: Vec<Tensor>,
-    fast: Vec<FastPair>,
+    /// The traces and accumulators the algorithm keeps in the learner.
+    owned: Box<dyn TraceState>,
     running_index: usize,
     forward: Jit<StepFn>,
     input_aval: crate::tensor::Aval,
@@ -100,54 +94,9 @@ pub fn compile<M: Model>(
     let x = example_input.cast(state.dtype())?;
     let eg = Arc::new(EtraceGraph::analyse(&model, &state, &x)?);
     eg.require_relations()?;
-    let program = Arc::new(Program::new(eg.clone(), algorithm, &x)?);
-    let traces = program.layout.zeros(&algorithm, eg.graph());
-    let mut fast = Vec::new();
-    for (pi, pair) in program.layout.pairs.iter().enumerate() {
-        if !program.layout.fast[pi] {
-            continue;
-        }
-        let rel = &eg.relations()[pair.rel];
-        let kind = super::fast::declared(&rel.primitive, &rel.params)
-            .ok_or_else(|| Error::etp(rel.primitive.name(), "compile", "no fused kernel"))?;
-        let index: std::collections::BTreeMap<String, usize> = rel
-            .trainables
-            .iter()
-            .map(|t| (t.name.clone(), t.param))
-            .collect();
-        let mut leaves = Vec::new();
-        for (key, aval) in &program.layout.drtrl[pi] {
-            let t = rel
-                .trainables
-                .iter()
-                .find(|t| &t.name == key)
-                .ok_or_else(|| {
-                    Error::etp(
-                        rel.primitive.name(),
-                        "compile",
-                        format!("trace `{key}` has no trainable"),
-                    )
-                })?;
-            let pshape = state.param_values()[t.param].shape().to_vec();
-            leaves.push((
-                t.param,
-                FastTrace::for_leaf(
-                    &kind,
-                    key,
-                    rel.x_var.is_some(),
-                    aval.shape(),
-                    &pshape,
-                    aval.dtype(),
-                    &rel.params,
-                    &index,
-                )?,
-            ));
-        }
-        fast.push(FastPair {
-            group: pair.group,
-            leaves,
-        });
-    }
+    let program = Arc::new(Program::new(eg, algorithm)?);
+    let traces = program.rule.zeros();
+    let owned = program.rule.state(&state)?;
     let forward = make_forward(
         program.clone(),
         state.param_values().len(),
@@ -158,7 +107,7 @@ pub fn compile<M: Model>(
         state,
         program,
         traces,
-        fast,
+        owned,
         running_index: 0,
         forward: Jit::new(forward),
         input_aval: x.aval(),
@@ -169,13 +118,9 @@ pub fn compile<M: Model>(
 
 fn make_forward(program: Arc<Program>, np: usize, nh: usize) -> StepFn {
     Box::new(move |a: &[Tensor]| {
-        let (out, h, tr, fast) =
-            program.forward(&a[..np], &a[np..np + nh], &a[np + nh], &a[np + nh + 1..])?;
-        let mut v = vec![out];
-        v.extend(h);
-        v.extend(tr);
-        v.extend(fast);
-        Ok(v)
+        Ok(program
+            .forward(&a[..np], &a[np..np + nh], &a[np + nh], &a[np + nh + 1..])?
+            .into_flat())
     })
 }
 
@@ -197,30 +142,22 @@ impl<M: Model> Learner<M> {
     pub fn graph(&self) -> &EtraceGraph {
         &self.program.eg
     }
-    /// A readable account of the compilation; it says how many
-    /// (relation, group) pairs run a fused trace kernel (D-RTRL:
-    /// `fused trace kernels: 2 of 2 relation-group pairs`) or have their
-    /// weight gradients accumulated by the learner (pp_prop:
-    /// `fused dense gradients (pp_prop): 2 of 2 relation-group pairs`).
+    /// A readable account of the compilation: the algorithm with its
+    /// options, the algorithm's own lines — how many (relation, group)
+    /// pairs run a fused trace kernel (D-RTRL: `fused trace kernels: 2 of
+    /// 2 relation-group pairs`) or have their weight gradients accumulated
+    /// by the learner (pp_prop: `fused dense gradients (pp_prop): 2 of 2
+    /// relation-group pairs`) — then the compiler's analysis.
     pub fn explain(&self) -> String {
         let mut s = format!("algorithm: {:?}\n", self.program.algo);
-        let layout = &self.program.layout;
-        if matches!(self.program.algo, Algorithm::DRtrl(_)) {
-            s += &format!(
-                "fused trace kernels: {} of {} relation-group pairs\n",
-                self.fast.len(),
-                layout.pairs.len()
-            );
-        } else {
-            s += &format!(
-                "fused dense gradients (pp_prop): {} of {} relation-group pairs\n",
-                layout.pp_fast.iter().filter(|&&f| f).count(),
-                layout.pairs.len()
-            );
+        for line in self.program.rule.explain() {
+            s += &line;
+            s.push('\n');
         }
         s + &self.program.eg.explain()
     }
-    /// The algorithm.
+    /// The algorithm and its options (`learner.algorithm().name()`,
+    /// `.get::<DRtrl>()`).
     pub fn algorithm(&self) -> &Algorithm {
         &self.program.algo
     }
@@ -229,18 +166,10 @@ impl<M: Model> Learner<M> {
     /// input traces, then the output traces (`(V.., S)` per relation and
     /// group).
     pub fn traces(&self) -> Vec<Tensor> {
-        let mut v = match self.program.algo {
-            Algorithm::PpProp(_) => self
-                .program
-                .layout
-                .pp_public(&self.traces)
-                .expect("the per-state traces stack as the layout says"),
-            Algorithm::DRtrl(_) => self.traces.clone(),
-        };
-        for f in &self.fast {
-            v.extend(f.leaves.iter().map(|(_, t)| t.tensor()));
-        }
-        v
+        self.program
+            .rule
+            .public(&self.traces, &*self.owned)
+            .expect("the traces are in the layout the algorithm planned")
     }
     /// How many steps ran since compile or the last reset.
     pub fn running_index(&self) -> usize {
@@ -268,15 +197,8 @@ impl<M: Model> Learner<M> {
             ));
         }
         self.state.reset_hidden(batch)?;
-        self.traces = self
-            .program
-            .layout
-            .zeros(&self.program.algo, self.program.eg.graph());
-        for f in &mut self.fast {
-            for (_, t) in &mut f.leaves {
-                t.reset()?;
-            }
-        }
+        self.traces = self.program.rule.zeros();
+        self.owned.reset()?;
         self.running_index = 0;
         Ok(())
     }
@@ -296,69 +218,28 @@ impl<M: Model> Learner<M> {
         x.cast(self.state.dtype())
     }
 
-    /// Run the forward program: `(out, new_hidden, new_traces, fast_inputs)`.
-    #[allow(clippy::type_complexity)]
-    fn run_forward(
-        &self,
-        x: &Tensor,
-        hidden: &[Tensor],
-        traces: &[Tensor],
-    ) -> Result<(Tensor, Vec<Tensor>, Vec<Tensor>, Vec<Tensor>)> {
+    /// Run the forward program.
+    fn run_forward(&self, x: &Tensor, hidden: &[Tensor], traces: &[Tensor]) -> Result<Forward> {
         let mut args = self.state.param_values().to_vec();
         args.extend_from_slice(hidden);
         args.push(x.clone());
         args.extend_from_slice(traces);
         let outs = self.forward.call(&args)?;
-        let (nh, nt) = (hidden.len(), traces.len());
-        Ok((
-            outs[0].clone(),
-            outs[1..1 + nh].to_vec(),
-            outs[1 + nh..1 + nh + nt].to_vec(),
-            outs[1 + nh + nt..].to_vec(),
-        ))
-    }
-
-    /// Run the fused kernels of one step; `signals` per group when a
-    /// gradient is wanted.
-    fn run_fast(
-        fast: &mut [FastPair],
-        inputs: &[Tensor],
-        signals: Option<&[Tensor]>,
-        solve: Solve,
-    ) -> Result<()> {
-        for (k, f) in fast.iter_mut().enumerate() {
-            let (x, d, df) = (&inputs[3 * k], &inputs[3 * k + 1], &inputs[3 * k + 2]);
-            let g = signals.map(|s| &s[f.group]);
-            for (_, t) in &mut f.leaves {
-                t.step(Some(x), d, df, g, solve)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Derive the fused kernels' per-call values (transform derivatives,
-    /// LoRA maps) from the current parameters.
-    fn prepare_fast(fast: &mut [FastPair], params: &[Tensor]) -> Result<()> {
-        for f in fast {
-            for (_, t) in &mut f.leaves {
-                t.prepare(params)?;
-            }
-        }
-        Ok(())
+        Ok(Forward::from_flat(outs, hidden.len(), traces.len()))
     }
 
     /// One online step: the model's output; hidden states and traces advance.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
-        let (out, h, tr, fin) = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
-        // The forward program (where errors surface) has run; the fused
-        // kernels then update the learner's traces in place.
-        Self::prepare_fast(&mut self.fast, self.state.param_values())?;
-        Self::run_fast(&mut self.fast, &fin, None, Solve::None)?;
-        self.state.replace_hidden(h);
-        self.traces = tr;
+        let f = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
+        // The forward program (where errors surface) has run; the
+        // algorithm's own traces then advance in place.
+        self.owned.begin_update(self.state.param_values())?;
+        self.owned.step(&f.extra, None)?;
+        self.state.replace_hidden(f.hidden);
+        self.traces = f.traces;
         self.running_index += 1;
-        Ok(out)
+        Ok(f.out)
     }
 
     /// Online gradients over a sequence: for each step `t`, advance the model
@@ -391,7 +272,6 @@ impl<M: Model> Learner<M> {
         let np = self.state.param_values().len();
         let nh = self.state.hidden_values().len();
         let nt = self.traces.len();
-        let nfin = 3 * self.fast.len();
         let multi = self.program.algo.vjp_method() == VjpMethod::MultiStep;
         // The last call's step program, when this call's loss computes the
         // same thing on the same avals: tracing the loss alone is cheap,
@@ -420,64 +300,23 @@ impl<M: Model> Learner<M> {
             let (hidden, rest) = rest.split_at(nh);
             let (x, y, c) = (&rest[0], &rest[1], &rest[2]);
             let traces = &rest[3..3 + nt];
-            let (_, new_h, new_tr, fin) = program.forward(params, hidden, x, traces)?;
-            let solve_tr = if multi { traces } else { &new_tr[..] };
-            let (l, g, signals, pp_rows) =
-                program.gradient(params, hidden, x, y, solve_tr, c, &recorded)?;
-            let mut v = new_h;
-            v.extend(new_tr);
-            v.extend(fin);
-            v.push(l);
-            v.extend(g);
-            v.extend(signals);
-            v.extend(pp_rows);
-            Ok(v)
+            let f = program.forward(params, hidden, x, traces)?;
+            let solve_tr = if multi { traces } else { &f.traces[..] };
+            let g = program.gradient(params, hidden, x, y, solve_tr, c, &recorded)?;
+            Ok(StepOut::flat(f, g))
         });
-        let ngroups = self.program.signal_groups();
         let prog_params = self.program.program_grads(np);
-        let ng = prog_params.len();
-        // pp_prop: the learner accumulates the weight gradients of the
-        // dense relations over chunks of steps (`pp_fast`).
-        let mut pp_dense: Vec<PpDense> = self
-            .program
-            .layout
-            .pairs
-            .iter()
-            .zip(&self.program.layout.pp_fast)
-            .filter(|(_, &f)| f)
-            .map(|(pair, _)| {
-                let r = &self.program.eg.relations()[pair.rel];
-                let leaves = r
-                    .trainables
-                    .iter()
-                    .map(|t| Leaf {
-                        param: t.param,
-                        has_input: super::pp_fast::has_input(r, &t.name),
-                        transform: transform_of(r, &t.name).flatten(),
-                    })
-                    .collect();
-                PpDense::new(leaves, self.state.dtype())
-            })
-            .collect();
+        let counts = StepCounts {
+            hidden: nh,
+            traces: nt,
+            fwd_extra: self.program.rule.forward_extra(),
+            grads: prog_params.len(),
+        };
         let mut hidden = self.state.hidden_values().to_vec();
         let mut traces = self.traces.clone();
-        // The fused kernels update the learner's traces in place (see the
-        // error contract above).
-        let mut fast = std::mem::take(&mut self.fast);
-        let prepared = Self::prepare_fast(&mut fast, self.state.param_values());
-        for f in &mut fast {
-            for (_, t) in &mut f.leaves {
-                t.drop_grad()?;
-            }
-        }
-        if let Err(e) = prepared {
-            self.fast = fast;
-            return Err(e);
-        }
-        let fast_solve = match self.program.algo.vjp_method() {
-            VjpMethod::SingleStep => Solve::After,
-            VjpMethod::MultiStep => Solve::Before,
-        };
+        // The algorithm's own traces are updated in place (see the error
+        // contract above).
+        self.owned.begin_grad(self.state.param_values())?;
         let mut sums: Vec<Option<Tensor>> = vec![None; np];
         let mut losses = Vec::with_capacity(t_len);
         let dtype = self.state.dtype();
@@ -499,10 +338,7 @@ impl<M: Model> Learner<M> {
             let [mut x_t, mut y_t, mut c_t] = [(); 3].map(|_| Tensor::scalar_of(0.0, dtype));
             for t in 0..t_len {
                 let n = self.running_index + t;
-                let c = match &self.program.algo {
-                    Algorithm::PpProp(pp) => pp.correction(n),
-                    Algorithm::DRtrl(_) => 1.0,
-                };
+                let c = self.program.rule.scalar(n);
                 fill(&mut x_t, &xs, t)?;
                 fill(&mut y_t, &ys, t)?;
                 set_scalar(&mut c_t, c, dtype);
@@ -511,7 +347,7 @@ impl<M: Model> Learner<M> {
                 args.extend_from_slice(&hidden);
                 args.extend([x_t.clone(), y_t.clone(), c_t.clone()]);
                 args.extend_from_slice(&traces);
-                let mut outs = match &reuse {
+                let outs = match &reuse {
                     Some(staged) if accepted >= 2 || staged.accepts(&args) => {
                         accepted += 1;
                         staged.run(args)?
@@ -521,28 +357,19 @@ impl<M: Model> Learner<M> {
                         step_fn.call_owned(args)?
                     }
                 };
-                let rest = outs.split_off(nh);
-                let new_h = outs;
-                let (new_tr, rest) = rest.split_at(nt);
-                let (fin, rest) = rest.split_at(nfin);
-                let (loss_t, rest) = rest.split_first().expect("the step program returns a loss");
-                let (grads_t, rest) = rest.split_at(ng);
-                let (signals, pp_rows) = rest.split_at(ngroups);
-                losses.push(loss_t.clone());
-                Self::run_fast(&mut fast, fin, Some(signals), fast_solve)?;
-                for (k, acc) in pp_dense.iter_mut().enumerate() {
-                    acc.push(&pp_rows[2 * k], &pp_rows[2 * k + 1])?;
-                }
+                let out = StepOut::read(&outs, &counts)?;
+                losses.push(out.loss.clone());
+                self.owned.step(out.fwd_extra, Some(out.grad_extra))?;
                 // Accumulated in place: the sum's buffer is the learner's
                 // alone from the second step on (copy-on-write before that).
-                for (&i, g) in prog_params.iter().zip(grads_t) {
+                for (&i, g) in prog_params.iter().zip(out.grads) {
                     match &mut sums[i] {
                         Some(a) => a.add_in_place(g)?,
                         s => *s = Some(g.clone()),
                     }
                 }
-                hidden = new_h;
-                traces = new_tr.to_vec();
+                hidden = out.hidden.to_vec();
+                traces = out.traces.to_vec();
                 done = t + 1;
             }
             Ok(())
@@ -550,14 +377,9 @@ impl<M: Model> Learner<M> {
         if let Err(e) = outcome {
             // Keep the completed steps (hidden states, traces and counter
             // agree); drop this call's gradients.
-            for f in &mut fast {
-                for (_, t) in &mut f.leaves {
-                    t.drop_grad()?;
-                }
-            }
+            self.owned.drop_grads()?;
             self.state.replace_hidden(hidden);
             self.traces = traces;
-            self.fast = fast;
             self.running_index += done;
             return Err(e);
         }
@@ -571,16 +393,7 @@ impl<M: Model> Learner<M> {
                 staged,
             });
         }
-        let mut fused: Vec<(usize, Tensor)> = Vec::new();
-        for acc in &mut pp_dense {
-            fused.extend(acc.take(self.state.param_values())?);
-        }
-        for f in &mut fast {
-            for (p, t) in &mut f.leaves {
-                fused.push((*p, t.take_grad()?));
-            }
-        }
-        for (p, g) in fused {
+        for (p, g) in self.owned.take_grads(self.state.param_values())? {
             match &mut sums[p] {
                 Some(a) => a.add_in_place(&g)?,
                 s => *s = Some(g),
@@ -612,7 +425,6 @@ impl<M: Model> Learner<M> {
         let losses = stack_scalars(&losses, dtype)?;
         self.state.replace_hidden(hidden);
         self.traces = traces;
-        self.fast = fast;
         self.running_index += t_len;
         Ok(EtraceGrads { grads, losses })
     }
@@ -657,84 +469,4 @@ impl<M: Model> Learner<M> {
         }
         Ok(xs.shape()[0])
     }
-}
-
-/// The per-step losses (scalars) as one `(T,)` tensor: their elements
-/// gathered straight into an array when they are floats of one dtype (the
-/// op machinery's `stack` took 17 µs for 100 of them), else by `stack`;
-/// `(0,)` of `dtype` without steps.
-fn stack_scalars(losses: &[Tensor], dtype: DType) -> Result<Tensor> {
-    use crate::tensor::ArrayElement;
-    fn gather<T: ArrayElement + Copy>(losses: &[Tensor]) -> Option<Tensor> {
-        let v: Option<Vec<T>> = losses
-            .iter()
-            .map(|l| {
-                let d = l.data_for("etrace_grad").ok()?;
-                let a = T::array(d).filter(|a| a.ndim() == 0)?;
-                a.first().copied()
-            })
-            .collect();
-        v.map(|v| Tensor::from_array(ndarray::Array1::from_vec(v).into_dyn()))
-    }
-    let Some(first) = losses.first() else {
-        return Ok(Tensor::zeros(&[0], dtype));
-    };
-    let gathered = match first.dtype() {
-        DType::F32 => gather::<f32>(losses),
-        DType::F64 => gather::<f64>(losses),
-        _ => None,
-    };
-    match gathered {
-        Some(t) => Ok(t),
-        None => crate::ops::stack(losses, 0),
-    }
-}
-
-/// `dst` := row `t` of `xs`: in place when `dst` is the only handle to
-/// its buffer and has that row's dtype and shape (no allocation), else a
-/// new tensor. Only a unique buffer is written, so no other holder of
-/// `dst`'s value sees it change.
-fn fill(dst: &mut Tensor, xs: &Tensor, t: usize) -> Result<()> {
-    use crate::tensor::ArrayData;
-    fn copy<T: Clone>(d: &mut ndarray::ArrayD<T>, s: &ndarray::ArrayD<T>, t: usize) -> bool {
-        let s = s.index_axis(ndarray::Axis(0), t);
-        let fits = d.shape() == s.shape();
-        if fits {
-            d.assign(&s);
-        }
-        fits
-    }
-    let done = match (dst.try_data_mut(), xs.data_for("etrace_grad")?) {
-        (Some(ArrayData::F32(d)), ArrayData::F32(s)) => copy(d, s, t),
-        (Some(ArrayData::F64(d)), ArrayData::F64(s)) => copy(d, s, t),
-        _ => false,
-    };
-    if !done {
-        *dst = row(xs, t)?;
-    }
-    Ok(())
-}
-
-/// `dst` := the scalar `c` of `dtype` (in place as [`fill`]).
-fn set_scalar(dst: &mut Tensor, c: f64, dtype: DType) {
-    use crate::tensor::ArrayData;
-    match (dst.try_data_mut(), dtype) {
-        (Some(ArrayData::F32(d)), DType::F32) if d.ndim() == 0 => d.fill(c as f32),
-        (Some(ArrayData::F64(d)), DType::F64) if d.ndim() == 0 => d.fill(c),
-        _ => *dst = Tensor::scalar_of(c, dtype),
-    }
-}
-
-/// Row `t` of a concrete time-major sequence (`t` in range), copied out of
-/// the array without going through the op machinery.
-fn row(xs: &Tensor, t: usize) -> Result<Tensor> {
-    use crate::tensor::ArrayData;
-    use ndarray::Axis;
-    let d = match xs.data_for("etrace_grad")? {
-        ArrayData::F32(a) => ArrayData::F32(a.index_axis(Axis(0), t).to_owned()),
-        ArrayData::F64(a) => ArrayData::F64(a.index_axis(Axis(0), t).to_owned()),
-        ArrayData::I64(a) => ArrayData::I64(a.index_axis(Axis(0), t).to_owned()),
-        ArrayData::Bool(a) => ArrayData::Bool(a.index_axis(Axis(0), t).to_owned()),
-    };
-    Ok(Tensor::from_data(d))
 }

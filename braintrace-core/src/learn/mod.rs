@@ -1,6 +1,8 @@
 //! Online learning with eligibility traces: model state addressed by path,
-//! the ETP compiler (hidden groups, relations, diagnostics), D-RTRL and
-//! ES-D-RTRL (pp_prop) learners, and a BPTT reference.
+//! the ETP compiler (hidden groups, relations, diagnostics), the learner
+//! and its step programs, the online algorithms — D-RTRL and ES-D-RTRL
+//! (pp_prop), one module each on the traits of `learn/algorithm.rs` — and a BPTT
+//! reference.
 //!
 //! ```
 //! use braintrace_core::learn::{compile, DRtrl, ModelState, Reduction};
@@ -23,14 +25,31 @@ mod bptt;
 mod compiler;
 mod diagnostics;
 mod fast;
+mod hooked;
 mod kernel_check;
 mod learner;
 mod nonfinite;
 mod pp_fast;
 mod program;
+mod rows;
+mod shared;
 mod state;
 
-pub use algorithm::{rank_decay, Algorithm, DRtrl, NonTemporal, PpProp, Reduction, VjpMethod};
+/// The algorithms: each a module of its own (its configuration type, its
+/// trace rule and learner-side state), registered by one line here (see
+/// `learn/algorithm.rs`).
+macro_rules! algorithms {
+    ($($module:ident::{$($public:ident),*};)*) => {
+        $(mod $module; pub use $module::{$($public),*};)*
+    };
+}
+
+algorithms! {
+    drtrl::{DRtrl};
+    pp_prop::{rank_decay, PpProp};
+}
+
+pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};

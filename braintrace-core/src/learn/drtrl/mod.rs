@@ -1,0 +1,89 @@
+//! D-RTRL (braintrace's `D_RTRL` / `ParamDimVjpAlgorithm`): eligibility
+//! traces with the dimension of the parameters, the hidden-to-hidden
+//! Jacobian kept diagonal. The configuration [`DRtrl`] here; its trace
+//! update and solve through the primitives' rules in [`rule`], the fused
+//! kernels' learner-owned traces in [`fused`].
+
+mod fused;
+mod rule;
+
+use super::algorithm::{
+    Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+};
+use super::compiler::EtraceGraph;
+use crate::error::Result;
+use std::any::Any;
+use std::sync::Arc;
+
+/// D-RTRL: eligibility traces with the dimension of the parameters, the
+/// hidden-to-hidden Jacobian kept diagonal.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DRtrl {
+    /// Single-step (default) or multi-step learning signal.
+    pub vjp_method: VjpMethod,
+    /// Gradient of parameters without relation in single-step mode.
+    pub non_temporal: NonTemporal,
+    /// Use the fused in-place trace kernels where a primitive has one (the
+    /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
+    /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
+    /// through its registered rules. Default `true`; same numbers either way.
+    pub fast_paths: bool,
+}
+
+impl Default for DRtrl {
+    fn default() -> Self {
+        DRtrl {
+            vjp_method: VjpMethod::SingleStep,
+            non_temporal: NonTemporal::InStep,
+            fast_paths: true,
+        }
+    }
+}
+
+impl DRtrl {
+    /// With or without the fused trace kernels.
+    pub fn fast_paths(mut self, on: bool) -> Self {
+        self.fast_paths = on;
+        self
+    }
+    /// With this VJP method.
+    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
+        self.vjp_method = m;
+        self
+    }
+    /// With this treatment of non-temporal parameters.
+    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
+        self.non_temporal = n;
+        self
+    }
+}
+
+impl OnlineAlgorithm for DRtrl {
+    fn name(&self) -> &'static str {
+        "d_rtrl"
+    }
+    fn type_name(&self) -> &'static str {
+        "DRtrl"
+    }
+    fn vjp_method(&self) -> VjpMethod {
+        self.vjp_method
+    }
+    fn non_temporal(&self) -> NonTemporal {
+        self.non_temporal
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn same(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<Self>() == Some(self)
+    }
+    fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
+        Ok(Box::new(rule::DrtrlRule::plan(self, eg, layout)?))
+    }
+}
+
+impl From<DRtrl> for Algorithm {
+    fn from(a: DRtrl) -> Self {
+        Algorithm::new(a)
+    }
+}
