@@ -435,7 +435,7 @@ struct Args {
 }
 
 /// The models `--model` accepts (the default grid runs `gru` and `lif`).
-const MODELS: [&str; 8] = [
+const MODELS: [&str; 10] = [
     "gru",
     "lif",
     "gru_tanh",
