@@ -54,10 +54,7 @@
 //! [`crate::Jit`] runs its cached graphs through a plan; everything else
 //! (and anything the plan does not cover) goes through the interpreter.
 
-mod aot;
-// Generated (see `aot`): compared as text by a test, so not reformatted.
-#[rustfmt::skip]
-mod compiled;
+mod codegen;
 
 use super::interpret::NEVER_READ;
 use super::{profile, Elementwise, Graph, Primitive, VarId};
@@ -243,19 +240,13 @@ struct Fused {
     outputs: Vec<VarId>,
     nbufs: usize,
     label: (String, String),
-    /// The group's function compiled ahead of time, if it has one (see
-    /// [`aot`]): it runs in place of the ops, block by block.
-    compiled: Option<aot::Kernel>,
-    /// Its constants, for the compiled function ([`aot::constants`]).
-    constants: Vec<f32>,
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Groups planned on this thread while recording: key → source (the
-    /// test that regenerates `compiled.rs`).
-    static RECORD: std::cell::RefCell<Option<std::collections::BTreeMap<String, String>>> =
-        const { std::cell::RefCell::new(None) };
+    /// The group's loop compiled when it was planned, if the generator
+    /// compiled it (see [`codegen`]): it runs in place of the ops, block
+    /// by block.
+    compiled: Option<codegen::Kernel>,
+    /// Its constants in the group's dtype ([`codegen::constants`]).
+    constants_f32: Vec<f32>,
+    constants_f64: Vec<f64>,
 }
 
 #[cfg(test)]
@@ -1641,19 +1632,15 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         nbufs,
         label,
         compiled: None,
-        constants: Vec::new(),
+        constants_f32: Vec::new(),
+        constants_f64: Vec::new(),
     };
-    if let Some(key) = aot::key(&f) {
-        #[cfg(test)]
-        RECORD.with(|r| {
-            if let Some(m) = r.borrow_mut().as_mut() {
-                if let Some(src) = aot::source(&f) {
-                    m.insert(key.clone(), src);
-                }
-            }
-        });
-        f.compiled = aot::lookup(&key);
-        f.constants = aot::constants(&f);
+    f.compiled = codegen::compile(&f);
+    if f.compiled.is_some() {
+        match f.dtype {
+            DType::F64 => f.constants_f64 = codegen::constants(&f),
+            _ => f.constants_f32 = codegen::constants(&f),
+        }
     }
     f
 }
@@ -1661,10 +1648,9 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 // ---------------------------------------------------------------- fused loop
 
 /// The float types the plan writes buffers of itself.
-trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
-    /// Run a compiled group's block function (`f32` only: only `f32`
-    /// groups are compiled).
-    fn compiled(k: aot::Kernel, ins: &[&[Self]], c: &[f32], outs: &mut [&mut [Self]]);
+trait PoolFloat: Float + ArrayElement + codegen::Lane + Send + Sync + 'static {
+    /// A compiled group's constants in this type.
+    fn constants(f: &Fused) -> &[Self];
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
     /// The unary op's block kernel (`f32` has its own, for the fast
     /// transcendental functions).
@@ -1677,10 +1663,10 @@ trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
 }
 
 macro_rules! pool_float {
-    ($t:ty, $compiled:expr, $variant:ident, $block:ident, $unary:ident, $scratch:ident, $bufs:ident) => {
+    ($t:ty, $consts:ident, $variant:ident, $block:ident, $unary:ident, $scratch:ident, $bufs:ident) => {
         impl PoolFloat for $t {
-            fn compiled(k: aot::Kernel, ins: &[&[$t]], c: &[f32], outs: &mut [&mut [$t]]) {
-                $compiled(k, ins, c, outs)
+            fn constants(f: &Fused) -> &[$t] {
+                &f.$consts
             }
             fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
                 k.$block(ins, out)
@@ -1702,7 +1688,7 @@ macro_rules! pool_float {
 }
 pool_float!(
     f32,
-    |k: aot::Kernel, i: &[&[f32]], c: &[f32], o: &mut [&mut [f32]]| k(i, c, o),
+    constants_f32,
     F32,
     block_f32,
     unary_block_f32,
@@ -1711,9 +1697,7 @@ pool_float!(
 );
 pool_float!(
     f64,
-    |_: aot::Kernel, _: &[&[f64]], _: &[f32], _: &mut [&mut [f64]]| unreachable!(
-        "only f32 groups are compiled"
-    ),
+    constants_f64,
     F64,
     block_f64,
     unary_block,
@@ -1974,7 +1958,7 @@ struct Blocks<'a, T: Clone> {
     /// Whether every block reads the same row elements (blocks start on a
     /// multiple of every row's length), so the rows are filled once.
     period: bool,
-    compiled: Option<aot::Kernel>,
+    compiled: Option<codegen::Kernel>,
 }
 
 impl<T: PoolFloat> Blocks<'_, T> {
@@ -2002,11 +1986,11 @@ impl<T: PoolFloat> Blocks<'_, T> {
             if !self.period {
                 fill_rows(bufs, start, len);
             }
-            if let Some(k) = self.compiled {
-                // On the stack: no allocation per block ([`aot`] compiles
-                // groups of at most this many operands).
-                let mut ins: [&[T]; aot::MAX_INS] = [&[]; aot::MAX_INS];
-                let mut os: [&mut [T]; aot::MAX_OUTS] = Default::default();
+            if let Some(k) = &self.compiled {
+                // On the stack: no allocation per block ([`codegen`]
+                // compiles groups of at most this many operands).
+                let mut ins: [&[T]; codegen::MAX_INS] = [&[]; codegen::MAX_INS];
+                let mut os: [&mut [T]; codegen::MAX_OUTS] = Default::default();
                 let n_bcast = f.scalars.len() + f.rows.len();
                 let n_in = f.inputs.len() + n_bcast;
                 let bcast = bufs[..n_bcast].iter().map(|v| {
@@ -2025,7 +2009,7 @@ impl<T: PoolFloat> Blocks<'_, T> {
                     *slot = &mut o[at_out..at_out + len];
                 }
                 let n_out = f.outputs.len();
-                T::compiled(k, &ins[..n_in], &f.constants, &mut os[..n_out]);
+                codegen::run(k, &ins[..n_in], T::constants(f), &mut os[..n_out]);
                 start += len;
                 continue;
             }

@@ -1,0 +1,148 @@
+//! Fused element-wise groups compiled to machine code when a step is
+//! planned (Cranelift): one loop per group, every value of an element in
+//! registers.
+//!
+//! The block interpreter runs a group op by op over blocks of elements,
+//! each op loading its operands from block buffers and storing its result
+//! into one; those loads and stores cost more than most ops' arithmetic.
+//! Here a group ([`key::resolve`]) is lowered to one loop ([`lower`]) that
+//! computes each op with the same operations in the same order as its
+//! block kernel ([`math`]: `fastmath`'s polynomials with the same fused
+//! multiply-adds, the surrogate gradients, `max`/`min` as Rust compiles
+//! them; libm functions called lane by lane), so the results are the
+//! block interpreter's bits. Compiled loops are cached process-wide by the
+//! group's [`key::key`] (ops and wiring; constants are an argument), so a
+//! second plan of the same group does not compile again, and groups that
+//! differ only in constants share a loop.
+//!
+//! The generator is never why a plan fails: a group it does not compile
+//! (a primitive's own kernel, a single op, a target without FMA or not
+//! supported by Cranelift) runs through the block interpreter.
+//! `BRAINTRACE_CODEGEN=0` in the environment turns it off (measurements).
+
+mod jit;
+mod key;
+mod lower;
+mod math;
+#[cfg(test)]
+mod tests;
+
+pub(super) use key::{constants, MAX_INS, MAX_OUTS};
+
+use super::Fused;
+use crate::tensor::DType;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// A compiled group's loop: its code's address and the operand counts it
+/// was compiled for (checked on every call: see [`run`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Kernel {
+    addr: usize,
+    dtype: DType,
+    n_ins: usize,
+    n_outs: usize,
+    n_consts: usize,
+}
+
+/// Compiled loops by key (`None`: the generator refused the group).
+type Cache = HashMap<String, Option<usize>>;
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// How many groups were compiled (not found in the cache) in this process
+/// (tests).
+#[cfg(test)]
+static COMPILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether the generator is on: not with `BRAINTRACE_CODEGEN=0`, and only
+/// where the target has fused multiply-adds.
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("BRAINTRACE_CODEGEN").map_or(true, |v| v != "0") && jit::has_fma()
+    })
+}
+
+/// The group's compiled loop: from the cache, else compiled now; `None`
+/// for a group the generator does not compile.
+pub(super) fn compile(f: &Fused) -> Option<Kernel> {
+    if !enabled() {
+        return None;
+    }
+    let r = key::resolve(f)?;
+    let k = key::key(&r);
+    let kernel = |addr| Kernel {
+        addr,
+        dtype: r.dtype,
+        n_ins: r.n_ins,
+        n_outs: r.outs.len(),
+        n_consts: r.ops.iter().map(|(k, _)| key::n_constants(k)).sum(),
+    };
+    // A poisoned lock only means another plan panicked while compiling;
+    // the map itself is whole (an entry is inserted in one step).
+    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&addr) = c.get(&k) {
+        return addr.map(kernel);
+    }
+    #[cfg(test)]
+    COMPILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let addr = jit::compile(&r);
+    c.insert(k, addr);
+    addr.map(kernel)
+}
+
+/// A float type of the loops, by dtype.
+pub(super) trait Lane: Copy {
+    const DTYPE: DType;
+}
+impl Lane for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Lane for f64 {
+    const DTYPE: DType = DType::F64;
+}
+
+/// Run `k` on one block: `ins` (the group's inputs, then its broadcast
+/// buffers) and `outs` of the block's length, `c` the group's constants
+/// ([`constants`]).
+///
+/// # Panics
+/// When the operands are not those `k` was compiled for (a bug in the
+/// executor: these are checked because the compiled code trusts them).
+pub(super) fn run<T: Lane>(k: &Kernel, ins: &[&[T]], c: &[T], outs: &mut [&mut [T]]) {
+    let n = outs.first().map_or(0, |o| o.len());
+    assert!(
+        T::DTYPE == k.dtype
+            && ins.len() == k.n_ins
+            && outs.len() == k.n_outs
+            && c.len() == k.n_consts
+            && ins.iter().all(|s| s.len() >= n)
+            && outs.iter().all(|o| o.len() == n),
+        "a compiled loop called with operands it was not compiled for"
+    );
+    let mut ip = [std::ptr::null::<T>(); MAX_INS];
+    for (p, s) in ip.iter_mut().zip(ins) {
+        *p = s.as_ptr();
+    }
+    let mut op = [std::ptr::null_mut::<T>(); MAX_OUTS];
+    for (p, s) in op.iter_mut().zip(outs.iter_mut()) {
+        *p = s.as_mut_ptr();
+    }
+    type Loop<T> = extern "C" fn(*const *const T, *const *mut T, *const T, usize);
+    // SAFETY: `k.addr` is the entry of a finalised function that
+    // `jit::compile` emitted with signature (ptr, ptr, ptr, ptr) in the
+    // C convention and whose module is never freed, for this dtype and
+    // these operand counts (asserted above). It reads `k.n_ins` input
+    // pointers and `k.n_outs` output pointers from the arrays, `k.n_consts`
+    // constants from `c`, and elements `0..n` of each input and output,
+    // all of which exist (asserted above); the outputs are unique borrows,
+    // distinct from the inputs, so its stores alias nothing it reads.
+    unsafe {
+        let f: Loop<T> = std::mem::transmute::<usize, Loop<T>>(k.addr);
+        f(ip.as_ptr(), op.as_ptr(), c.as_ptr(), n)
+    }
+}
