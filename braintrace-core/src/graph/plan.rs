@@ -17,10 +17,14 @@
 //! them straight into their output buffers; the others live only in block
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
-//! rounded as the two ops are). An `f32` group that was compiled ahead of
-//! time (the built-in layers' step programs: see [`aot`]) runs as one loop
-//! per block instead, every value of an element in registers, with the
-//! same bits.
+//! rounded as the two ops are). When the plan is built, each group of core
+//! ops (unary, binary, scalar, the folded pairs, surrogate gradients; `f32`
+//! or `f64`) of any program is compiled to machine code by [`codegen`]
+//! (Cranelift): one loop per block, every value of an element in
+//! registers, the same operations in the same order as the block kernels,
+//! so the same bits. Compiled loops are cached process-wide by the group's
+//! ops and wiring; a group the generator does not compile (a primitive's
+//! own kernel) runs op by op, as above.
 //!
 //! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
 //! that finds it taken by another thread runs with a fresh one): the block

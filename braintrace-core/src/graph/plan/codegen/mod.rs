@@ -53,10 +53,15 @@ fn cache() -> &'static Mutex<Cache> {
     CACHE.get_or_init(Default::default)
 }
 
-/// How many groups were compiled (not found in the cache) in this process
-/// (tests).
 #[cfg(test)]
-static COMPILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    /// While `Some`: the key of every group this thread resolved, and
+    /// whether it got a compiled loop (tests).
+    static RECORD: std::cell::RefCell<Option<Vec<(String, bool)>>> =
+        const { std::cell::RefCell::new(None) };
+    /// Groups this thread compiled (not found in the cache).
+    static COMPILED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// Whether the generator is on: not with `BRAINTRACE_CODEGEN=0`, and only
 /// where the target has fused multiply-adds.
@@ -85,13 +90,22 @@ pub(super) fn compile(f: &Fused) -> Option<Kernel> {
     // A poisoned lock only means another plan panicked while compiling;
     // the map itself is whole (an entry is inserted in one step).
     let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&addr) = c.get(&k) {
-        return addr.map(kernel);
-    }
+    let addr = match c.get(&k) {
+        Some(&addr) => addr,
+        None => {
+            #[cfg(test)]
+            COMPILED_HERE.with(|n| n.set(n.get() + 1));
+            let addr = jit::compile(&r);
+            c.insert(k.clone(), addr);
+            addr
+        }
+    };
     #[cfg(test)]
-    COMPILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let addr = jit::compile(&r);
-    c.insert(k, addr);
+    RECORD.with(|rec| {
+        if let Some(v) = rec.borrow_mut().as_mut() {
+            v.push((k, addr.is_some()));
+        }
+    });
     addr.map(kernel)
 }
 

@@ -220,3 +220,164 @@ fn random_groups_give_the_block_interpreters_bits() {
     }
     assert!(compiled > 200, "only {compiled} groups compiled");
 }
+
+/// A second plan of the same group finds its loop in the cache; a group
+/// that differs only in its constants shares it.
+#[test]
+fn a_second_plan_of_a_group_does_not_compile_again() {
+    if !super::enabled() {
+        return;
+    }
+    let group = |c: f64| {
+        let a = [Aval::new(&[4, 33], DType::F32), Aval::new(&[4, 33], DType::F32)];
+        let g = trace(
+            |x: &[Tensor]| {
+                // A chain no other test plans (its first compile is here).
+                let y = unary(UnaryOp::Cos, &x[0])?.mul(&x[1])?;
+                let y = unary(UnaryOp::Atan, &scalar_op(ScalarOp::Min, &y, c)?)?;
+                Ok(vec![unary(UnaryOp::Sqrt, &binary(BinaryOp::Max, &y, &x[0])?)?])
+            },
+            &a,
+        )
+        .unwrap();
+        Plan::new(Arc::new(g)).unwrap()
+    };
+    let before = super::COMPILED_HERE.with(|n| n.get());
+    let first = group(0.5);
+    let mid = super::COMPILED_HERE.with(|n| n.get());
+    let second = group(0.5);
+    let third = group(-2.0);
+    let after = super::COMPILED_HERE.with(|n| n.get());
+    assert_eq!(mid - before, 1, "the first plan compiles its group");
+    assert_eq!(after, mid, "later plans find it in the cache");
+    let addr = |p: &Plan| {
+        p.steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Fused(f) => f.compiled.map(|k| k.addr),
+                Step::Eqn { .. } => None,
+            })
+            .expect("a compiled group")
+    };
+    assert_eq!(addr(&first), addr(&second));
+    assert_eq!(addr(&first), addr(&third));
+    // The shared loop reads each plan's own constant.
+    let mut rng = StdRng::seed_from_u64(3);
+    let args = vec![
+        tensor(&mut rng, &[4, 33], DType::F32),
+        tensor(&mut rng, &[4, 33], DType::F32),
+    ];
+    for p in [&first, &third] {
+        let got = bits(&p.run(args.clone()).unwrap());
+        let want = bits(&p.graph.eval(&args).unwrap());
+        assert_eq!(got, want);
+    }
+}
+
+mod bench_models {
+    //! The bench models' step programs: every group of them is compiled,
+    //! and the learners' losses and gradients have the bits they have with
+    //! the block interpreter.
+    use super::super::super::COMPILED_ON;
+    use super::super::RECORD;
+    use crate::learn::{compile, Algorithm, DRtrl, Model, ModelState, PpProp, Reduction};
+    use crate::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
+    use crate::ops::Surrogate;
+    use crate::{DType, Result, Tensor};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    const N_IN: usize = 16;
+    const N_OUT: usize = 4;
+
+    fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
+        o.sub(y)?.square()?.mean_all()
+    }
+
+    fn uniform(rng: &mut StdRng, shape: &[usize], lo: f64, hi: f64) -> Tensor {
+        let n = shape.iter().product();
+        let v = (0..n).map(|_| rng.random_range(lo..hi)).collect();
+        Tensor::from_vec(v, shape)
+            .and_then(|t| t.cast(DType::F32))
+            .expect("a valid shape")
+    }
+
+    /// Every loss and gradient element of one `etrace_grad` call of 4
+    /// steps (f32), as bits.
+    fn run<M: Model>(model: M, algo: Algorithm, batch: usize) -> Vec<u64> {
+        let state = ModelState::new(&model, DType::F32, 3, Some(batch)).expect("state");
+        let x0 = Tensor::zeros(&[batch, N_IN], DType::F32);
+        let mut learner = compile(model, state, algo, &x0, Some(batch)).expect("compile");
+        let mut rng = StdRng::seed_from_u64(5);
+        let xs = uniform(&mut rng, &[4, batch, N_IN], 0.0, 1.0);
+        let ys = uniform(&mut rng, &[4, batch, N_OUT], -1.0, 1.0);
+        let out = learner
+            .etrace_grad(&xs, &ys, mse, Reduction::Mean)
+            .expect("etrace_grad");
+        std::iter::once(&out.losses)
+            .chain(out.grads.values())
+            .flat_map(|t| t.to_vec_f64().expect("float"))
+            .map(f64::to_bits)
+            .collect()
+    }
+
+    /// `bench_learn`'s `gru` and `lif` nets (the latter also with the
+    /// other two surrogate gradients), D-RTRL and pp_prop: (name, bits).
+    fn bench_models(n_rec: usize, batch: usize) -> Vec<(String, Vec<u64>)> {
+        let algos = || -> [(&str, Algorithm); 2] {
+            [
+                ("d_rtrl", DRtrl::default().into()),
+                ("pp_prop", PpProp::new(0.95).expect("decay").into()),
+            ]
+        };
+        let mut out = Vec::new();
+        for (a, algo) in algos() {
+            let gru = Chain::new(
+                GruCell::new("rnn", N_IN, n_rec),
+                Linear::new("out", n_rec, N_OUT),
+            );
+            out.push((format!("gru {a}"), run(gru, algo, batch)));
+        }
+        for g in [
+            Surrogate::default(),
+            Surrogate::sigmoid(),
+            Surrogate::relu_grad(),
+        ] {
+            for (a, algo) in algos() {
+                let mut cell = LifCell::new("", N_IN, n_rec, 0.8, 0.6, 1.0);
+                cell.surrogate = g;
+                let lif = Chain::new(
+                    cell,
+                    LeakyRateReadout::new("readout", n_rec, N_OUT, 5.0, 1.0),
+                );
+                out.push((format!("lif {g:?} {a}"), run(lif, algo, batch)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bench_models_groups_are_compiled_and_give_the_block_interpreters_bits() {
+        if !super::super::enabled() {
+            return;
+        }
+        // One size with a partial last block.
+        for (n_rec, batch) in [(32, 4), (40, 30)] {
+            RECORD.with(|r| *r.borrow_mut() = Some(Vec::new()));
+            let on = bench_models(n_rec, batch);
+            let groups = RECORD.with(|r| r.borrow_mut().take()).expect("recording");
+            assert!(groups.len() >= 8, "{} groups", groups.len());
+            for (k, compiled) in &groups {
+                assert!(compiled, "{n_rec}x{batch}: not compiled: {k}");
+            }
+            COMPILED_ON.with(|c| c.set(false));
+            let off = bench_models(n_rec, batch);
+            COMPILED_ON.with(|c| c.set(true));
+            for ((name, a), (_, b)) in on.iter().zip(&off) {
+                assert_eq!(a.len(), b.len(), "{name}");
+                let diff = a.iter().zip(b).filter(|(x, y)| x != y).count();
+                assert_eq!(diff, 0, "{name} {n_rec}x{batch}: {diff} of {} differ", a.len());
+            }
+        }
+    }
+}
