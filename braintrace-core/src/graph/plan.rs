@@ -17,14 +17,15 @@
 //! them straight into their output buffers; the others live only in block
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
-//! rounded as the two ops are). When the plan is built, each group of core
-//! ops (unary, binary, scalar, the folded pairs, surrogate gradients; `f32`
-//! or `f64`) of any program is compiled to machine code by [`codegen`]
-//! (Cranelift): one loop per block, every value of an element in
-//! registers, the same operations in the same order as the block kernels,
-//! so the same bits. Compiled loops are cached process-wide by the group's
-//! ops and wiring; a group the generator does not compile (a primitive's
-//! own kernel) runs op by op, as above.
+//! rounded as the two ops are). With `BRAINTRACE_CODEGEN=1`, each group of
+//! core ops (unary, binary, scalar, the folded pairs, surrogate gradients;
+//! `f32` or `f64`) of any program is compiled to machine code when the
+//! plan is built, by [`codegen`] (Cranelift): one loop per block, every
+//! value of an element in registers, the same operations in the same order
+//! as the block kernels, so the same bits; cached process-wide by the
+//! group's ops and wiring. It is off by default: its 128-bit vectors lost
+//! to the block kernels' AVX-512 ones on every group measured (see
+//! [`codegen`]).
 //!
 //! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
 //! that finds it taken by another thread runs with a fresh one): the block

@@ -32,7 +32,11 @@ fn isa() -> Option<&'static OwnedTargetIsa> {
 /// block kernels' `mul_add` is rounded once either way, but without them
 /// Cranelift calls `fmaf` per lane, slower than the block interpreter.
 pub(super) fn has_fma() -> bool {
-    isa().is_some_and(|i| i.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true)))
+    isa().is_some_and(|i| {
+        i.isa_flags()
+            .iter()
+            .any(|f| f.name == "has_fma" && f.as_bool() == Some(true))
+    })
 }
 
 macro_rules! callee_fns {

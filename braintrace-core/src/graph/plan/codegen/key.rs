@@ -143,7 +143,9 @@ pub(in crate::graph::plan) fn constants<T: num_traits::Float>(f: &Fused) -> Vec<
     let mut out = Vec::new();
     for op in &f.ops {
         match op.kind {
-            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => out.push(T::from(v).unwrap_or_else(T::nan)),
+            OpKind::Scalar(_, v) | OpKind::ScaleAdd(v) => {
+                out.push(T::from(v).unwrap_or_else(T::nan))
+            }
             OpKind::Surrogate(g) => out.extend(g.constants::<T>()),
             _ => {}
         }

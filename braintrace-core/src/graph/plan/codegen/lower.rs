@@ -3,7 +3,7 @@
 //! elements) in turn, all values in registers, and stores the outputs.
 //!
 //! Signature: `fn(ins: *const *const T, outs: *const *mut T, c: *const T,
-//! n: usize)`. Three loops, each the same ops on a value type: `UNROLL`
+//! n: usize)`. Three loops, each the same ops on a value type: [`unroll`]
 //! vectors per iteration (the copies interleaved op by op, so that the
 //! latency chains of `exp` overlap), then one vector, then one element.
 //! Cranelift's x86 backend has 128-bit vectors (4 `f32`, 2 `f64`).
@@ -14,11 +14,23 @@ use crate::graph::plan::OpKind;
 use crate::ops::{BinaryOp, ScalarOp, Surrogate, UnaryOp};
 use crate::tensor::DType;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, BlockArg, InstBuilder, MemFlagsData, Signature, Type, Value};
+use cranelift_codegen::ir::{
+    types, AbiParam, BlockArg, InstBuilder, MemFlagsData, Signature, Type, Value,
+};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
-/// Vectors per iteration of the main loop.
-const UNROLL: usize = 4;
+/// Vectors per iteration of the main loop (`BRAINTRACE_CODEGEN_UNROLL`,
+/// 1 to 8, to measure; default 1).
+fn unroll() -> usize {
+    static U: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *U.get_or_init(|| {
+        std::env::var("BRAINTRACE_CODEGEN_UNROLL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|u| (1..=8).contains(u))
+            .unwrap_or(1)
+    })
+}
 
 /// The Rust functions the group calls lane by lane.
 pub(super) fn callees(r: &Resolved) -> Vec<Callee> {
@@ -28,7 +40,9 @@ pub(super) fn callees(r: &Resolved) -> Vec<Callee> {
         let c = match *kind {
             OpKind::Unary(u) if !inline_unary(u, f64) => Callee::Unary(u, f64),
             OpKind::Binary(BinaryOp::Pow) | OpKind::Scalar(ScalarOp::Pow, _) => Callee::Pow(f64),
-            OpKind::Surrogate(Surrogate::Sigmoid { .. }) if f64 => Callee::Unary(UnaryOp::Exp, true),
+            OpKind::Surrogate(Surrogate::Sigmoid { .. }) if f64 => {
+                Callee::Unary(UnaryOp::Exp, true)
+            }
             _ => continue,
         };
         if !out.contains(&c) {
@@ -99,7 +113,8 @@ pub(super) fn lower(
     let zero = b.ins().iconst(ptr, 0);
 
     // Loops: (value type, elements per iteration, copies per iteration).
-    let stages = [(vec, width * UNROLL as i64, UNROLL), (vec, width, 1), (lane, 1, 1)];
+    let u = unroll();
+    let stages = [(vec, width * u as i64, u), (vec, width, 1), (lane, 1, 1)];
     let heads: Vec<_> = stages.iter().map(|_| b.create_block()).collect();
     let bodies: Vec<_> = stages.iter().map(|_| b.create_block()).collect();
     let exit = b.create_block();
@@ -114,8 +129,14 @@ pub(super) fn lower(
         let i = b.block_params(head)[0];
         // `n - i >= step`: `i <= n` always, so no overflow.
         let left = b.ins().isub(n, i);
-        let go = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, step);
-        let next_args: Vec<BlockArg> = if next == exit { vec![] } else { vec![BlockArg::Value(i)] };
+        let go = b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, step);
+        let next_args: Vec<BlockArg> = if next == exit {
+            vec![]
+        } else {
+            vec![BlockArg::Value(i)]
+        };
         b.ins().brif(go, body, &[], next, &next_args);
         b.switch_to_block(body);
         b.seal_block(body);
@@ -124,7 +145,11 @@ pub(super) fn lower(
         let in_addr: Vec<Value> = ins.iter().map(|&v| addr(&mut b, v)).collect();
         let out_addr: Vec<Value> = outs.iter().map(|&v| addr(&mut b, v)).collect();
         let vbytes = (size * i64::from(ty.lane_count())) as i32;
-        let mut e = Emit { b: &mut b, ty, calls };
+        let mut e = Emit {
+            b: &mut b,
+            ty,
+            calls,
+        };
         // Constants as values of `ty`, once per loop body.
         let cs: Vec<Value> = consts.iter().map(|&c| e.splat(c)).collect();
         let mut loaded: Vec<Option<Vec<Value>>> = vec![None; r.n_ins];
@@ -155,8 +180,8 @@ pub(super) fn lower(
             vals.push(v);
         }
         for (o, &j) in r.outs.iter().enumerate() {
-            for u in 0..copies {
-                b.ins().store(flags, vals[j][u], out_addr[o], vbytes * u as i32);
+            for (u, &v) in vals[j].iter().enumerate() {
+                b.ins().store(flags, v, out_addr[o], vbytes * u as i32);
             }
         }
         let i2 = b.ins().iadd_imm_u(i, step);

@@ -106,12 +106,12 @@ impl Emit<'_, '_> {
         self.b.ins().sqrt(a)
     }
 
-    fn to_int(&mut self, v: Value) -> Value {
+    fn as_bits(&mut self, v: Value) -> Value {
         let t = self.int();
         self.b.ins().bitcast(t, MemFlagsData::new(), v)
     }
 
-    fn from_int(&mut self, v: Value) -> Value {
+    fn of_bits(&mut self, v: Value) -> Value {
         let t = self.ty;
         self.b.ins().bitcast(t, MemFlagsData::new(), v)
     }
@@ -120,7 +120,7 @@ impl Emit<'_, '_> {
     pub fn pick(&mut self, cc: FloatCC, a: Value, b: Value, x: Value, y: Value) -> Value {
         let m = self.b.ins().fcmp(cc, a, b);
         if self.ty.is_vector() {
-            let m = self.from_int(m);
+            let m = self.of_bits(m);
             self.b.ins().bitselect(m, x, y)
         } else {
             self.b.ins().select(m, x, y)
@@ -144,14 +144,14 @@ impl Emit<'_, '_> {
 
     /// `x` with the sign of `s` (`f32::copysign`), by bits.
     fn copysign(&mut self, x: Value, s: Value) -> Value {
-        let (xi, si) = (self.to_int(x), self.to_int(s));
+        let (xi, si) = (self.as_bits(x), self.as_bits(s));
         let bits = if self.f32() { 32 } else { 64 };
         let sign = self.int_const(1i64 << (bits - 1));
         let mag = self.b.ins().bnot(sign);
         let xi = self.b.ins().band(xi, mag);
         let si = self.b.ins().band(si, sign);
         let r = self.b.ins().bor(xi, si);
-        self.from_int(r)
+        self.of_bits(r)
     }
 
     /// `fastmath::exp_f32`.
@@ -167,7 +167,7 @@ impl Emit<'_, '_> {
         let (log2e, shifter) = (self.cf(LOG2E), self.cf(SHIFTER));
         let shifted = self.fma(x, log2e, shifter);
         let n = self.sub(shifted, shifter);
-        let sb = self.to_int(shifted);
+        let sb = self.as_bits(shifted);
         let sh = self.int_const(i64::from(SHIFTER.to_bits()));
         let n_bits = self.b.ins().isub(sb, sh);
         let (m_hi, m_lo) = (self.cf(-LN2_HI), self.cf(-LN2_LO));
@@ -189,7 +189,7 @@ impl Emit<'_, '_> {
         let bias = self.int_const(127);
         let e = self.b.ins().iadd(n_bits, bias);
         let e = self.b.ins().ishl_imm_u(e, 23);
-        let two_n = self.from_int(e);
+        let two_n = self.of_bits(e);
         self.mul(p, two_n)
     }
 
@@ -278,7 +278,9 @@ impl Emit<'_, '_> {
             .iter()
             .find(|(c, _)| *c == callee)
             .map(|&(_, f)| f)
-            .unwrap_or_else(|| panic!("{callee:?} not imported: the lowering imports every callee it uses"));
+            .unwrap_or_else(|| {
+                panic!("{callee:?} not imported: the lowering imports every callee it uses")
+            });
         if !self.ty.is_vector() {
             let inst = self.b.ins().call(f, args);
             return self.b.inst_results(inst)[0];

@@ -1,24 +1,35 @@
 //! Fused element-wise groups compiled to machine code when a step is
 //! planned (Cranelift): one loop per group, every value of an element in
-//! registers.
+//! registers. **Off by default**: measured, the block interpreter is
+//! faster (below).
 //!
 //! The block interpreter runs a group op by op over blocks of elements,
 //! each op loading its operands from block buffers and storing its result
-//! into one; those loads and stores cost more than most ops' arithmetic.
-//! Here a group ([`key::resolve`]) is lowered to one loop ([`lower`]) that
-//! computes each op with the same operations in the same order as its
-//! block kernel ([`math`]: `fastmath`'s polynomials with the same fused
-//! multiply-adds, the surrogate gradients, `max`/`min` as Rust compiles
-//! them; libm functions called lane by lane), so the results are the
-//! block interpreter's bits. Compiled loops are cached process-wide by the
-//! group's [`key::key`] (ops and wiring; constants are an argument), so a
-//! second plan of the same group does not compile again, and groups that
-//! differ only in constants share a loop.
+//! into one. Here a group ([`key::resolve`]) is lowered to one loop
+//! ([`lower`]) that computes each op with the same operations in the same
+//! order as its block kernel ([`math`]: `fastmath`'s polynomials with the
+//! same fused multiply-adds, the surrogate gradients, `max`/`min` as Rust
+//! compiles them; libm functions called lane by lane), so the results are
+//! the block interpreter's bits (the tests compare them on random groups
+//! over every op and on the bench models). Compiled loops are cached
+//! process-wide by the group's [`key::key`] (ops and wiring; constants are
+//! an argument), so a second plan of the same group does not compile
+//! again, and groups that differ only in constants share a loop. A group
+//! the generator does not compile (a primitive's own kernel, a single op,
+//! a target without FMA or not supported by Cranelift) runs through the
+//! block interpreter: the generator is never why a plan fails.
 //!
-//! The generator is never why a plan fails: a group it does not compile
-//! (a primitive's own kernel, a single op, a target without FMA or not
-//! supported by Cranelift) runs through the block interpreter.
-//! `BRAINTRACE_CODEGEN=0` in the environment turns it off (measurements).
+//! Why off: Cranelift 0.135's x86 backend has 128-bit vectors only (4
+//! `f32` lanes), while the block kernels run 16 lanes (AVX-512) or 8
+//! (AVX2). On this machine (AVX-512), GRU pp_prop `128 × 64`, one core,
+//! `bench_learn --profile`, alternating runs: the largest group (22 ops
+//! and a `tanh`, `f32[64,128]`) 32 µs compiled (unrolled 1×; 31–44 µs 2×)
+//! against 13 µs op by op; `[add,logistic,add,logistic,mul]` 23 against
+//! 8; even `[mul_scalar,add,mul_scalar,add]` 5.4–5.8 against 2.8. The
+//! loops compiled ahead of time for the bench models by Rust (AVX-512, the
+//! same bits) took 7.7, 6.7 and 2.7 µs, but only for those models.
+//! `BRAINTRACE_CODEGEN=1` turns the generator on (`0` off);
+//! `BRAINTRACE_CODEGEN_UNROLL` sets its vectors per iteration.
 
 mod jit;
 mod key;
@@ -63,12 +74,22 @@ thread_local! {
     static COMPILED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether the generator is on: not with `BRAINTRACE_CODEGEN=0`, and only
-/// where the target has fused multiply-adds.
+/// Whether plans compile their groups by default (see the module docs for
+/// the measurements behind it).
+const DEFAULT_ON: bool = false;
+
+/// Whether the generator is on: `BRAINTRACE_CODEGEN=1` or `0` in the
+/// environment turns it on or off (the tests always have it on), else
+/// [`DEFAULT_ON`]; and only where the target has fused multiply-adds.
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        std::env::var("BRAINTRACE_CODEGEN").map_or(true, |v| v != "0") && jit::has_fma()
+        let asked = match std::env::var("BRAINTRACE_CODEGEN").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => cfg!(test) || DEFAULT_ON,
+        };
+        asked && jit::has_fma()
     })
 }
 

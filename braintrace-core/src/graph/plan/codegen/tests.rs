@@ -129,7 +129,10 @@ fn random_group(seed: u64, shape: &[usize], dtype: DType) -> (Graph, Vec<Tensor>
                     5 => x.mul_scalar(c)?.add(&y)?,
                     6 => match which % 3 {
                         0 => Surrogate::Arctan { alpha: c }.grad(&x)?,
-                        1 => Surrogate::Sigmoid { alpha: c.abs() + 0.1 }.grad(&x)?,
+                        1 => Surrogate::Sigmoid {
+                            alpha: c.abs() + 0.1,
+                        }
+                        .grad(&x)?,
                         _ => Surrogate::ReluGrad {
                             alpha: c.abs() + 0.1,
                             width: 1.0,
@@ -142,7 +145,10 @@ fn random_group(seed: u64, shape: &[usize], dtype: DType) -> (Graph, Vec<Tensor>
                 };
                 pool.push(z);
             }
-            Ok(outs.iter().map(|&k| pool[n_in + k % (pool.len() - n_in)].clone()).collect())
+            Ok(outs
+                .iter()
+                .map(|&k| pool[n_in + k % (pool.len() - n_in)].clone())
+                .collect())
         },
         &avals,
     );
@@ -229,13 +235,19 @@ fn a_second_plan_of_a_group_does_not_compile_again() {
         return;
     }
     let group = |c: f64| {
-        let a = [Aval::new(&[4, 33], DType::F32), Aval::new(&[4, 33], DType::F32)];
+        let a = [
+            Aval::new(&[4, 33], DType::F32),
+            Aval::new(&[4, 33], DType::F32),
+        ];
         let g = trace(
             |x: &[Tensor]| {
                 // A chain no other test plans (its first compile is here).
                 let y = unary(UnaryOp::Cos, &x[0])?.mul(&x[1])?;
                 let y = unary(UnaryOp::Atan, &scalar_op(ScalarOp::Min, &y, c)?)?;
-                Ok(vec![unary(UnaryOp::Sqrt, &binary(BinaryOp::Max, &y, &x[0])?)?])
+                Ok(vec![unary(
+                    UnaryOp::Sqrt,
+                    &binary(BinaryOp::Max, &y, &x[0])?,
+                )?])
             },
             &a,
         )
@@ -376,7 +388,12 @@ mod bench_models {
             for ((name, a), (_, b)) in on.iter().zip(&off) {
                 assert_eq!(a.len(), b.len(), "{name}");
                 let diff = a.iter().zip(b).filter(|(x, y)| x != y).count();
-                assert_eq!(diff, 0, "{name} {n_rec}x{batch}: {diff} of {} differ", a.len());
+                assert_eq!(
+                    diff,
+                    0,
+                    "{name} {n_rec}x{batch}: {diff} of {} differ",
+                    a.len()
+                );
             }
         }
     }
