@@ -73,8 +73,8 @@
 //! T 5).
 
 mod floor;
-mod zoo;
 mod snn_nets;
+mod zoo;
 
 use braintrace::etp::ElemFn;
 use braintrace::learn::{
@@ -812,7 +812,15 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     // CPU time when available: wall time on a loaded machine overestimates).
     let warm = cfg.t.clamp(1, 3);
     let ce = zoo::uses_ce(&cfg.model);
-    let first = run_grad(&mut learner, loss_of(cfg), warm, cfg.chunk, cfg.batch, 7, ce)?;
+    let first = run_grad(
+        &mut learner,
+        loss_of(cfg),
+        warm,
+        cfg.chunk,
+        cfg.batch,
+        7,
+        ce,
+    )?;
     let est = first.cpu.unwrap_or(first.wall) / warm as f64;
     let mut steps = cfg.t;
     if budget_s > 0.0 && est * cfg.t as f64 > budget_s {

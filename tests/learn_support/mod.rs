@@ -5,8 +5,8 @@
 
 pub mod e2e;
 pub mod models;
-pub mod zoo;
 pub mod snn_models;
+pub mod zoo;
 
 use braintrace::learn::{compile, Algorithm, Learner, Model, ModelState, Reduction, TensorDict};
 use braintrace::nn::{Initializer, Rng};

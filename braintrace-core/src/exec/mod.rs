@@ -17,48 +17,12 @@
 //! them straight into their output buffers; the others live only in block
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
-//! rounded as the two ops are). An `f32` group that was compiled ahead of
-//! time (the built-in layers' step programs: see `aot`) runs as one loop
-//! per block instead, every value of an element in registers, with the
-//! same bits.
-//!
-//! Buffers are recycled. A plan keeps a pool (behind a [`Mutex`]; a call
-//! that finds it taken by another thread runs with a fresh one): the block
-//! buffers of its fused loops, and per buffer class (dtype and element
-//! count of a value the plan writes itself) a few dead values, kept whole:
-//! a new value of the old one's shape and memory order is written into the
-//! old one's buffer and handed on as that same tensor (no allocation, no
-//! array rebuilt; at hidden 16 and batch 1 this took a GRU pp_prop step
-//! from 6.5 to 5.3 µs), any other shape gets the buffer rebuilt. A value
-//! goes back to the pool when it dies in the run (its last read, or nothing
-//! reads it) and its handle is the only one; a value returned to the caller
-//! is kept (as one more handle) for two calls and goes back once the caller
-//! has dropped every handle to it. Nothing a caller still holds is ever
-//! written: a buffer is reused only through a unique handle. Fused groups,
-//! 2-D float matrix products (written by `matrixmultiply` with the
-//! operands' strides) and float reshapes (a moved, unique row-major operand
-//! is reshaped without a copy) write into recycled buffers; other
-//! equations run their primitive's `eval`. Every buffer the plan writes,
-//! and every block buffer, starts on a 64-byte boundary (a few elements
-//! spare at the front of the allocation, which the array keeps and the
-//! pool takes back): a 512-bit access to an unaligned block splits across
-//! two cache lines.
-//!
-//! A product whose right operand is a program input (a weight) keeps that
-//! operand's packed panels from call to call while the same tensor comes
-//! back. So does a product by a weight's transpose, `x @ transpose(w)`,
-//! when nothing else reads the transpose (a readout's backward pass): the
-//! transpose is not run at all, and the panels are packed from `w`'s
-//! transposed view.
-//!
-//! [`crate::Jit`] runs its cached graphs through a plan; everything else
-//! (and anything the plan does not cover) goes through the interpreter.
-
-mod aot;
 mod buffer;
-// Generated (see `aot`): compared as text by a test, so not reformatted.
-#[rustfmt::skip]
-mod compiled;
+#[cfg(feature = "codegen")]
+mod codegen;
+#[cfg(not(feature = "codegen"))]
+#[path = "codegen_off.rs"]
+mod codegen;
 
 use crate::error::{Error, Result};
 use crate::graph::{profile, Elementwise, Graph, Primitive, VarId, NEVER_READ};
@@ -77,7 +41,11 @@ use crate::tensor::{
     copy_blocks, row_major as row_major_of, same_shape, standard_layout, ArrayData, ArrayElement,
     Aval, DType, Repr, Tensor,
 };
+#[cfg(feature = "codegen")]
+use buffer::run_compiled;
 use buffer::{contiguous, contiguous_mut};
+#[cfg(not(feature = "codegen"))]
+use codegen::run_compiled;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
@@ -244,19 +212,13 @@ struct Fused {
     outputs: Vec<VarId>,
     nbufs: usize,
     label: (String, String),
-    /// The group's function compiled ahead of time, if it has one (see
-    /// [`aot`]): it runs in place of the ops, block by block.
-    compiled: Option<aot::Kernel>,
-    /// Its constants, for the compiled function ([`aot::constants`]).
-    constants: Vec<f32>,
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Groups planned on this thread while recording: key → source (the
-    /// test that regenerates `compiled.rs`).
-    static RECORD: std::cell::RefCell<Option<std::collections::BTreeMap<String, String>>> =
-        const { std::cell::RefCell::new(None) };
+    /// The group's loop compiled when it was planned, if the generator
+    /// compiled it (see [`codegen`]): it runs in place of the ops, block
+    /// by block.
+    compiled: Option<codegen::Kernel>,
+    /// Its constants in the group's dtype ([`codegen::constants`]).
+    constants_f32: Vec<f32>,
+    constants_f64: Vec<f64>,
 }
 
 #[cfg(test)]
@@ -1631,19 +1593,15 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         nbufs,
         label,
         compiled: None,
-        constants: Vec::new(),
+        constants_f32: Vec::new(),
+        constants_f64: Vec::new(),
     };
-    if let Some(key) = aot::key(&f) {
-        #[cfg(test)]
-        RECORD.with(|r| {
-            if let Some(m) = r.borrow_mut().as_mut() {
-                if let Some(src) = aot::source(&f) {
-                    m.insert(key.clone(), src);
-                }
-            }
-        });
-        f.compiled = aot::lookup(&key);
-        f.constants = aot::constants(&f);
+    f.compiled = codegen::compile(&f);
+    if f.compiled.is_some() {
+        match f.dtype {
+            DType::F64 => f.constants_f64 = codegen::constants(&f),
+            _ => f.constants_f32 = codegen::constants(&f),
+        }
     }
     f
 }
@@ -1651,10 +1609,9 @@ fn build_fused(g: &Graph, members: &[usize]) -> Fused {
 // ---------------------------------------------------------------- fused loop
 
 /// The float types the plan writes buffers of itself.
-trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
-    /// Run a compiled group's block function (`f32` only: only `f32`
-    /// groups are compiled).
-    fn compiled(k: aot::Kernel, ins: &[&[Self]], c: &[f32], outs: &mut [&mut [Self]]);
+trait PoolFloat: Float + ArrayElement + codegen::Lane + Send + Sync + 'static {
+    /// A compiled group's constants in this type.
+    fn constants(f: &Fused) -> &[Self];
     fn block(k: &dyn Elementwise, ins: &[&[Self]], out: &mut [Self]);
     /// The unary op's block kernel (`f32` has its own, for the fast
     /// transcendental functions).
@@ -1667,10 +1624,10 @@ trait PoolFloat: Float + ArrayElement + Send + Sync + 'static {
 }
 
 macro_rules! pool_float {
-    ($t:ty, $compiled:expr, $variant:ident, $block:ident, $unary:ident, $scratch:ident, $bufs:ident) => {
+    ($t:ty, $consts:ident, $variant:ident, $block:ident, $unary:ident, $scratch:ident, $bufs:ident) => {
         impl PoolFloat for $t {
-            fn compiled(k: aot::Kernel, ins: &[&[$t]], c: &[f32], outs: &mut [&mut [$t]]) {
-                $compiled(k, ins, c, outs)
+            fn constants(f: &Fused) -> &[$t] {
+                &f.$consts
             }
             fn block(k: &dyn Elementwise, ins: &[&[$t]], out: &mut [$t]) {
                 k.$block(ins, out)
@@ -1692,7 +1649,7 @@ macro_rules! pool_float {
 }
 pool_float!(
     f32,
-    |k: aot::Kernel, i: &[&[f32]], c: &[f32], o: &mut [&mut [f32]]| k(i, c, o),
+    constants_f32,
     F32,
     block_f32,
     unary_block_f32,
@@ -1701,9 +1658,7 @@ pool_float!(
 );
 pool_float!(
     f64,
-    |_: aot::Kernel, _: &[&[f64]], _: &[f32], _: &mut [&mut [f64]]| unreachable!(
-        "only f32 groups are compiled"
-    ),
+    constants_f64,
     F64,
     block_f64,
     unary_block,
@@ -1950,7 +1905,7 @@ struct Blocks<'a, T: Clone> {
     /// Whether every block reads the same row elements (blocks start on a
     /// multiple of every row's length), so the rows are filled once.
     period: bool,
-    compiled: Option<aot::Kernel>,
+    compiled: Option<codegen::Kernel>,
 }
 
 impl<T: PoolFloat> Blocks<'_, T> {
@@ -1978,11 +1933,11 @@ impl<T: PoolFloat> Blocks<'_, T> {
             if !self.period {
                 fill_rows(bufs, start, len);
             }
-            if let Some(k) = self.compiled {
-                // On the stack: no allocation per block ([`aot`] compiles
-                // groups of at most this many operands).
-                let mut ins: [&[T]; aot::MAX_INS] = [&[]; aot::MAX_INS];
-                let mut os: [&mut [T]; aot::MAX_OUTS] = Default::default();
+            if let Some(k) = &self.compiled {
+                // On the stack: no allocation per block ([`codegen`]
+                // compiles groups of at most this many operands).
+                let mut ins: [&[T]; codegen::MAX_INS] = [&[]; codegen::MAX_INS];
+                let mut os: [&mut [T]; codegen::MAX_OUTS] = Default::default();
                 let n_bcast = f.scalars.len() + f.rows.len();
                 let n_in = f.inputs.len() + n_bcast;
                 let bcast = bufs[..n_bcast].iter().map(|v| {
@@ -2001,7 +1956,7 @@ impl<T: PoolFloat> Blocks<'_, T> {
                     *slot = &mut o[at_out..at_out + len];
                 }
                 let n_out = f.outputs.len();
-                T::compiled(k, &ins[..n_in], &f.constants, &mut os[..n_out]);
+                run_compiled(k, &ins[..n_in], T::constants(f), &mut os[..n_out]);
                 start += len;
                 continue;
             }
