@@ -891,13 +891,13 @@ fn huge_parameters_and_hidden_states_are_allocation_errors() {
     use braintrace::nn::GruCell;
     let e = ModelState::new(&GruCell::new("rnn", 3, 1 << 20), DType::F32, 0, None).unwrap_err();
     assert!(
-        matches!(e, Error::Allocation { ref op, .. } if op == "Initializer::draw"),
+        matches!(e, Error::Allocation { ref op, .. } if op.contains("rnn/Wz")),
         "{e:?}"
     );
     let mut s = ModelState::new(&GruCell::new("rnn", 3, 4), DType::F32, 0, Some(2)).unwrap();
     let e = s.reset_hidden(Some(1 << 40)).unwrap_err();
     assert!(
-        matches!(e, Error::Allocation { ref op, .. } if op == "reset_hidden"),
+        matches!(e, Error::Allocation { ref op, .. } if op.contains("reset_hidden")),
         "{e:?}"
     );
     assert_eq!(s.batch(), Some(2));
