@@ -112,7 +112,7 @@ pub fn pp_prop(
 
 fn algorithm_in(a: &Bound<'_, PyAny>) -> PyResult<Algorithm> {
     if let Ok(p) = a.cast::<PyAlgorithm>() {
-        return Ok(p.get().algo);
+        return Ok(p.get().algo.clone());
     }
     match a.extract::<String>().ok().as_deref() {
         Some("d_rtrl" | "D_RTRL" | "d-rtrl") => Ok(DRtrl::default().into()),

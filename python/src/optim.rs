@@ -36,10 +36,14 @@ pub struct PySgd {
 impl PySgd {
     #[new]
     #[pyo3(signature = (lr, momentum=0.0, weight_decay=0.0))]
-    fn new(lr: f64, momentum: f64, weight_decay: f64) -> Self {
-        PySgd {
-            inner: Mutex::new(Sgd::new(lr).momentum(momentum).weight_decay(weight_decay)),
-        }
+    fn new(lr: f64, momentum: f64, weight_decay: f64) -> PyResult<Self> {
+        let sgd = Sgd::new(lr)
+            .and_then(|s| s.momentum(momentum))
+            .and_then(|s| s.weight_decay(weight_decay))
+            .map_err(crate::error::to_py)?;
+        Ok(PySgd {
+            inner: Mutex::new(sgd),
+        })
     }
     /// Update `learner`'s parameters with `grads` (a dict keyed by
     /// parameter key); nothing changes on error.
@@ -63,10 +67,14 @@ pub struct PyAdam {
 impl PyAdam {
     #[new]
     #[pyo3(signature = (lr, betas=(0.9, 0.999), eps=1e-8))]
-    fn new(lr: f64, betas: (f64, f64), eps: f64) -> Self {
-        PyAdam {
-            inner: Mutex::new(AdamRs::new(lr).betas(betas.0, betas.1).eps(eps)),
-        }
+    fn new(lr: f64, betas: (f64, f64), eps: f64) -> PyResult<Self> {
+        let adam = AdamRs::new(lr)
+            .and_then(|a| a.betas(betas.0, betas.1))
+            .and_then(|a| a.eps(eps))
+            .map_err(crate::error::to_py)?;
+        Ok(PyAdam {
+            inner: Mutex::new(adam),
+        })
     }
     /// Update `learner`'s parameters with `grads` (a dict keyed by
     /// parameter key); nothing changes on error.

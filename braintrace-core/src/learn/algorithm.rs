@@ -286,7 +286,7 @@ pub(crate) trait TraceRule: Send + Sync {
 
 /// The traces and accumulators a learner owns for its algorithm, advanced
 /// between staged steps (see the module docs).
-pub(crate) trait TraceState: Send {
+pub(crate) trait TraceState: Send + Sync {
     /// Before [`Learner::update`](super::Learner::update)'s step (after its
     /// program ran): values derived from the current parameters.
     fn begin_update(&mut self, _params: &[Tensor]) -> Result<()> {
