@@ -283,8 +283,8 @@ impl Surrogate {
     }
     /// The two constants of the element function `g` in `T` (see
     /// `with_surrogate!`): arctan `[α/2, πα/2]`, sigmoid `[α, 0]`, relu
-    /// `[α, α·width]`. The fused loops compiled ahead of time take them
-    /// from here too; they know only these three kinds (any other runs
+    /// `[α, α·width]`. The optional code generator (`exec`'s `codegen`
+    /// feature) takes them from here too; it knows only these three kinds (any other runs
     /// through [`surrogate_block`], whose arms read the parameters
     /// themselves; its constants here are unused zeros).
     pub(crate) fn constants<T: Float>(&self) -> [T; 2] {
