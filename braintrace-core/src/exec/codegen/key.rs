@@ -55,6 +55,10 @@ pub(super) fn resolve(f: &Fused) -> Option<Resolved> {
         if op.kind == OpKind::Eqn {
             return None;
         }
+        // Surrogates the generator has no loop for run on the block kernels.
+        if let OpKind::Surrogate(g) = &op.kind {
+            surrogate_kind(g)?;
+        }
         let srcs = op
             .operands
             .iter()
@@ -98,7 +102,7 @@ pub(super) fn key(r: &Resolved) -> String {
             OpKind::Scalar(o, _) => write!(k, "s{o:?}"),
             OpKind::MulAdd => write!(k, "MulAdd"),
             OpKind::ScaleAdd(_) => write!(k, "ScaleAdd"),
-            OpKind::Surrogate(g) => write!(k, "g{}", surrogate_kind(g)),
+            OpKind::Surrogate(g) => write!(k, "g{}", surrogate_kind(g).unwrap_or("?")),
             OpKind::Eqn => write!(k, "eqn"),
         }
         .expect("writing to a String");
@@ -118,12 +122,14 @@ pub(super) fn key(r: &Resolved) -> String {
     k
 }
 
-/// A surrogate's kind (its parameters are constants).
-fn surrogate_kind(g: &Surrogate) -> &'static str {
+/// A surrogate's kind (its parameters are constants); `None` for the
+/// kinds the generator has no loop for.
+fn surrogate_kind(g: &Surrogate) -> Option<&'static str> {
     match g {
-        Surrogate::Arctan { .. } => "Arctan",
-        Surrogate::Sigmoid { .. } => "Sigmoid",
-        Surrogate::ReluGrad { .. } => "ReluGrad",
+        Surrogate::Arctan { .. } => Some("Arctan"),
+        Surrogate::Sigmoid { .. } => Some("Sigmoid"),
+        Surrogate::ReluGrad { .. } => Some("ReluGrad"),
+        _ => None,
     }
 }
 

@@ -233,6 +233,7 @@ fn op(e: &mut Emit, kind: &OpKind, a: &[Value], c: &[Value]) -> Value {
             Surrogate::Arctan { .. } => e.arctan_grad(a[0], c[0], c[1]),
             Surrogate::Sigmoid { .. } => e.sigmoid_grad(a[0], c[0]),
             Surrogate::ReluGrad { .. } => e.relu_grad(a[0], c[0], c[1]),
+            _ => unreachable!("resolve refuses the surrogates without a loop"),
         },
         OpKind::Eqn => unreachable!("resolve refuses kernels of their own"),
     }
