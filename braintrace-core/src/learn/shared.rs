@@ -5,7 +5,8 @@
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use crate::etp::TensorMap;
-use crate::tensor::Tensor;
+use crate::tensor::{Aval, Tensor};
+use std::collections::BTreeMap;
 
 /// Slice the trailing axis at `i` (dropping it).
 pub(crate) fn last(t: &Tensor, i: usize) -> Result<Tensor> {
@@ -67,5 +68,16 @@ pub(crate) fn weights(eg: &EtraceGraph, rel: usize, params: &[Tensor]) -> Tensor
         .trainables
         .iter()
         .map(|t| (t.name.clone(), params[t.param].clone()))
+        .collect()
+}
+
+/// Relation `rel`'s trainables by name, with their abstract values in the
+/// step graph (what a rule's initialiser is given).
+pub(crate) fn weight_avals(eg: &EtraceGraph, rel: usize) -> BTreeMap<String, Aval> {
+    let g = eg.graph();
+    eg.relations()[rel]
+        .trainables
+        .iter()
+        .map(|t| (t.name.clone(), g.aval(g.invars()[t.param]).clone()))
         .collect()
 }

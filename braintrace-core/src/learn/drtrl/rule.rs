@@ -20,7 +20,7 @@ use crate::learn::shared::{add_maps, last, reduce_to, stack_last, weights};
 use crate::learn::state::ModelState;
 use crate::tensor::{Aval, Tensor};
 use crate::transform::vmap;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// D-RTRL planned for one compiled graph.
@@ -50,11 +50,7 @@ impl DrtrlRule {
                 None
             };
             let y = g.aval(r.y_var).clone();
-            let weights: BTreeMap<String, Aval> = r
-                .trainables
-                .iter()
-                .map(|t| (t.name.clone(), g.aval(g.invars()[t.param]).clone()))
-                .collect();
+            let weights = crate::learn::shared::weight_avals(eg, pair.rel);
             let mut vs = grp.varshape.clone();
             vs.push(s);
             let xa = r.x_var.map(|v| g.aval(v).clone());

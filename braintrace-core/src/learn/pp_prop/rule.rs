@@ -21,7 +21,7 @@ use crate::learn::shared::{reduce_to, stack_last, sum_of_products, weights};
 use crate::learn::state::ModelState;
 use crate::graph::VarId;
 use crate::tensor::{Aval, Tensor};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// pp_prop planned for one compiled graph.
@@ -57,11 +57,7 @@ impl PpRule {
             let grp = &eg.groups()[pair.group];
             let s = grp.num_state();
             let y = g.aval(r.y_var).clone();
-            let weights: BTreeMap<String, Aval> = r
-                .trainables
-                .iter()
-                .map(|t| (t.name.clone(), g.aval(g.invars()[t.param]).clone()))
-                .collect();
+            let weights = crate::learn::shared::weight_avals(eg, pair.rel);
             let mut vs = grp.varshape.clone();
             vs.push(s);
             let xa = r.x_var.map(|v| g.aval(v).clone());
