@@ -56,7 +56,12 @@ fn main() -> ExitCode {
         spikes: None,
     };
     let outcome = match cli.cell {
-        Cell::Gru => run(&cfg, &task, "GRU", GruCell::new("rnn", task.n_in(), cfg.hidden)),
+        Cell::Gru => run(
+            &cfg,
+            &task,
+            "GRU",
+            GruCell::new("rnn", task.n_in(), cfg.hidden),
+        ),
         Cell::Lstm => LstmCell::new("rnn", task.n_in(), cfg.hidden)
             .map_err(|e| e.to_string())
             .and_then(|c| run(&cfg, &task, "LSTM", c)),

@@ -106,7 +106,11 @@ fn state_without_recurrence<M: Model>(model: &M, seed: u64) -> ModelState {
 }
 
 /// Online D-RTRL gradients with `paths` and BPTT's, on the same data.
-fn grads<M: Model>(make: impl Fn() -> M, state: &ModelState, algo: Algorithm) -> (TensorDict, TensorDict) {
+fn grads<M: Model>(
+    make: impl Fn() -> M,
+    state: &ModelState,
+    algo: Algorithm,
+) -> (TensorDict, TensorDict) {
     let model = &make();
     let xs = draw(&[T, BATCH, N_IN], 21).mul_scalar(1.5).unwrap();
     let (out, _) = state.step(model, &xs.index_axis0(0).unwrap()).unwrap();
@@ -191,7 +195,10 @@ fn lif_without_recurrence_once_equals_bptt_and_twice_does_not() {
     let k = "lif/rec/weight/weight";
     let r = rel(&vals(&twice, k), &vals(&bptt, k));
     println!("LIF, twice: {k} is {r:.3} (relative) away from BPTT");
-    assert!(r > 0.1, "LIF, twice: expected the double-counted path to show, got {r:e}");
+    assert!(
+        r > 0.1,
+        "LIF, twice: expected the double-counted path to show, got {r:e}"
+    );
 }
 
 #[test]
@@ -221,7 +228,10 @@ fn pp_prop_and_multi_step_take_the_option() {
     let pp = |p| PpProp::new(0.9).unwrap().in_step_paths(p).into();
     let (a, _) = grads(make, &state, pp(InStepPaths::Once));
     let (b, _) = grads(make, &state, pp(InStepPaths::Twice));
-    assert_ne!(vals(&a, "lif/rec/weight/weight"), vals(&b, "lif/rec/weight/weight"));
+    assert_ne!(
+        vals(&a, "lif/rec/weight/weight"),
+        vals(&b, "lif/rec/weight/weight")
+    );
     let ms = |p| {
         DRtrl::default()
             .vjp_method(braintrace::learn::VjpMethod::MultiStep)
@@ -234,4 +244,3 @@ fn pp_prop_and_multi_step_take_the_option() {
         assert_eq!(vals(&a, k), vals(&b, k), "multi-step: {k} differs");
     }
 }
-
