@@ -38,9 +38,9 @@ impl Algo {
 /// one group (`InStepPaths`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Paths {
-    /// Once (the default): exact wherever D-RTRL's approximation is.
+    /// Once: exact wherever D-RTRL's approximation is.
     Once,
-    /// Twice, as braintrace 0.2.6.
+    /// Twice, as braintrace 0.2.6 (the library's default).
     Twice,
 }
 
@@ -61,7 +61,7 @@ pub struct Common {
     pub algo: Option<Algo>,
     /// How an in-step path between two states of a group (an LSTM's c → h,
     /// a LIF's current → voltage) enters the learning signal.
-    #[arg(long, value_enum, default_value_t = Paths::Once)]
+    #[arg(long, value_enum, default_value_t = Paths::Twice)]
     pub in_step_paths: Paths,
     /// Decay of pp_prop's traces (with `--algo pp-prop`).
     #[arg(long, default_value_t = 0.9)]

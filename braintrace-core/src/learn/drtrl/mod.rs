@@ -24,7 +24,7 @@ pub struct DRtrl {
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
     /// How in-step paths between the states of a group are counted
-    /// ([`InStepPaths`]; `Once` by default, braintrace 0.2.6 is `Twice`).
+    /// ([`InStepPaths`]; `Twice` by default, as braintrace 0.2.6).
     pub in_step_paths: InStepPaths,
     /// Use the fused in-place trace kernels where a primitive has one (the
     /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
@@ -60,8 +60,9 @@ impl DRtrl {
         self.non_temporal = n;
         self
     }
-    /// With this counting of in-step paths ([`InStepPaths::Twice`] is
-    /// braintrace 0.2.6's).
+    /// With this counting of in-step paths ([`InStepPaths::Once`] counts
+    /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
+    /// default).
     pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
         self.in_step_paths = p;
         self
