@@ -116,7 +116,7 @@ pub enum InStepPaths {
     /// between their states are unchanged (and cost nothing).
     ///
     /// Not the default: on the evidence-accumulation task of the training
-    /// examples (LSTM and LIF, D-RTRL and pp_prop, six seeds) both learn
+    /// examples (LSTM: five seeds; LIF with D-RTRL and pp_prop: six) both learn
     /// equally well within the seeds' spread, so braintrace's numbers are
     /// kept unless asked otherwise.
     Once,
