@@ -70,7 +70,10 @@
 //! hyperparameters (β = 0.8, γ = 0.6, v_th = 1, readout decay e^{-1/5}).
 //! Inputs are uniform in [0, 1), targets in [-1, 1), the loss is the mean
 //! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
-//! T 5).
+//! T 5). The learners compute what braintrace does (`NonTemporal::Zero`,
+//! `InStepPaths::Twice`); `BENCH_IN_STEP_PATHS=once` measures the
+//! library's default learning signal instead (in-step paths counted once:
+//! an extra reverse pass for groups such as the LIF's `i → v`).
 
 mod floor;
 mod snn_nets;
@@ -78,7 +81,7 @@ mod zoo;
 
 use braintrace::etp::ElemFn;
 use braintrace::learn::{
-    compile, Algorithm, DRtrl, Init, Model, ModelState, NonTemporal, PpProp, StepCtx,
+    compile, Algorithm, DRtrl, InStepPaths, Init, Model, ModelState, NonTemporal, PpProp, StepCtx,
 };
 use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
@@ -789,15 +792,24 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
     let state = ModelState::new(&model, DType::F32, SEED, Some(cfg.batch))?;
+    // `BENCH_IN_STEP_PATHS=once` measures the learning signal with in-step
+    // paths counted once (the library's default) instead of braintrace's.
+    let paths = match std::env::var("BENCH_IN_STEP_PATHS").as_deref() {
+        Ok("once") => InStepPaths::Once,
+        _ => InStepPaths::Twice,
+    };
     let algo: Algorithm = match cfg.algo.as_str() {
-        // braintrace's zeros for parameters without a relation (not the
-        // default): the work the reference scripts measure.
+        // braintrace's zeros for parameters without a relation and its
+        // learning signal (in-step paths counted twice), neither the
+        // default: the work the reference scripts measure.
         "d_rtrl" => DRtrl::default()
             .fast_paths(!cfg.generic)
             .non_temporal(NonTemporal::Zero)
+            .in_step_paths(paths)
             .into(),
         _ => PpProp::new(PP_DECAY)?
             .non_temporal(NonTemporal::Zero)
+            .in_step_paths(paths)
             .into(),
     };
     let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);

@@ -10,8 +10,8 @@
 
 mod support;
 
-use braintrace::nn::{Chain, GruCell, Linear};
-use clap::Parser;
+use braintrace::nn::{Chain, GruCell, Linear, LstmCell};
+use clap::{Parser, ValueEnum};
 use std::process::ExitCode;
 use support::{Algo, Common, Defaults, EvidenceTask};
 
@@ -21,6 +21,17 @@ use support::{Algo, Common, Defaults, EvidenceTask};
 struct Cli {
     #[command(flatten)]
     common: Common,
+    /// The recurrent cell: the GRU, or an LSTM (whose cell state `c` feeds
+    /// its output `h` inside the step: see `--in-step-paths`).
+    #[arg(long, value_enum, default_value_t = Cell::Gru)]
+    cell: Cell,
+}
+
+/// The recurrent cell to train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Cell {
+    Gru,
+    Lstm,
 }
 
 const DEFAULTS: Defaults = Defaults {
@@ -44,7 +55,18 @@ fn main() -> ExitCode {
         p_major: 0.6,
         spikes: None,
     };
-    match run(&cfg, &task) {
+    let outcome = match cli.cell {
+        Cell::Gru => run(
+            &cfg,
+            &task,
+            "GRU",
+            GruCell::new("rnn", task.n_in(), cfg.hidden),
+        ),
+        Cell::Lstm => LstmCell::new("rnn", task.n_in(), cfg.hidden)
+            .map_err(|e| e.to_string())
+            .and_then(|c| run(&cfg, &task, "LSTM", c)),
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -54,17 +76,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: &support::Config, task: &EvidenceTask) -> std::result::Result<bool, String> {
-    // A GRU cell `rnn` and a linear readout `readout` of its hidden state.
-    let model = Chain::new(
-        GruCell::new("rnn", task.n_in(), cfg.hidden),
-        Linear::new("readout", cfg.hidden, task.n_out()),
-    );
+fn run<C: braintrace::learn::Model>(
+    cfg: &support::Config,
+    task: &EvidenceTask,
+    name: &str,
+    cell: C,
+) -> std::result::Result<bool, String> {
+    // A recurrent cell `rnn` and a linear readout `readout` of its output.
+    let model = Chain::new(cell, Linear::new("readout", cfg.hidden, task.n_out()));
     println!(
-        "evidence accumulation: {} cue steps, {} delay steps, {} go steps; GRU with {} units, {}",
+        "evidence accumulation: {} cue steps, {} delay steps, {} go steps; {} with {} units, {}",
         task.cue_steps,
         task.delay_steps,
         task.go_steps,
+        name,
         cfg.hidden,
         cfg.algo.label()
     );
@@ -77,6 +102,6 @@ fn run(cfg: &support::Config, task: &EvidenceTask) -> std::result::Result<bool, 
         task,
         cfg,
         &hist,
-        &format!("GRU, evidence accumulation, {}", cfg.algo.label()),
+        &format!("{name}, evidence accumulation, {}", cfg.algo.label()),
     )
 }

@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each example uses a different part of it
 
 use braintrace::learn::{
-    compile, DRtrl, Learner, Model, ModelState, NonTemporal, PpProp, Reduction,
+    compile, DRtrl, InStepPaths, Learner, Model, ModelState, NonTemporal, PpProp, Reduction,
 };
 use braintrace::nn::optim::{clip_grad_norm, Adam, Optimizer};
 use braintrace::nn::{io, Rng};
@@ -34,12 +34,35 @@ impl Algo {
     }
 }
 
+/// How the learning signal counts an in-step path between two states of
+/// one group (`InStepPaths`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Paths {
+    /// Once: exact wherever D-RTRL's approximation is.
+    Once,
+    /// Twice, as braintrace 0.2.6 (the library's default).
+    Twice,
+}
+
+impl From<Paths> for InStepPaths {
+    fn from(p: Paths) -> Self {
+        match p {
+            Paths::Once => InStepPaths::Once,
+            Paths::Twice => InStepPaths::Twice,
+        }
+    }
+}
+
 /// Options every training example takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
     /// Online learning algorithm (default: the example's).
     #[arg(long, value_enum)]
     pub algo: Option<Algo>,
+    /// How an in-step path between two states of a group (an LSTM's c → h,
+    /// a LIF's current → voltage) enters the learning signal.
+    #[arg(long, value_enum, default_value_t = Paths::Twice)]
+    pub in_step_paths: Paths,
     /// Decay of pp_prop's traces (with `--algo pp-prop`).
     #[arg(long, default_value_t = 0.9)]
     pub pp_decay: f64,
@@ -85,6 +108,7 @@ pub struct Defaults {
 pub struct Config {
     pub name: &'static str,
     pub algo: Algo,
+    pub in_step_paths: InStepPaths,
     pub pp_decay: f64,
     pub hidden: usize,
     pub steps: usize,
@@ -101,6 +125,7 @@ impl Common {
         Config {
             name: d.name,
             algo: self.algo.unwrap_or(d.algo),
+            in_step_paths: self.in_step_paths.into(),
             pp_decay: self.pp_decay,
             hidden: self.hidden.unwrap_or(d.hidden),
             steps: self
@@ -261,14 +286,18 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
             state,
             // InStep is the default (the readout learns); spelled out because
             // braintrace's `Zero` would leave the readout untrained.
-            DRtrl::default().non_temporal(NonTemporal::InStep),
+            DRtrl::default()
+                .non_temporal(NonTemporal::InStep)
+                .in_step_paths(cfg.in_step_paths),
             &x0,
             Some(cfg.batch),
         ),
         Algo::PpProp => compile(
             model,
             state,
-            PpProp::new(cfg.pp_decay)?.non_temporal(NonTemporal::InStep),
+            PpProp::new(cfg.pp_decay)?
+                .non_temporal(NonTemporal::InStep)
+                .in_step_paths(cfg.in_step_paths),
             &x0,
             Some(cfg.batch),
         ),

@@ -117,12 +117,18 @@ class Algorithm:
     @property
     def name(self) -> str: ...
 
-def D_RTRL(vjp_method: str = "single-step", non_temporal: str = "zero", fast_paths: bool = True) -> Algorithm: ...
+def D_RTRL(
+    vjp_method: str = "single-step",
+    non_temporal: str = "zero",
+    fast_paths: bool = True,
+    in_step_paths: str = "twice",
+) -> Algorithm: ...
 def pp_prop(
     decay_or_rank: Union[float, int, Tuple[Union[float, int], Union[float, int]]],
     vjp_method: str = "single-step",
     non_temporal: str = "zero",
     fast_paths: bool = True,
+    in_step_paths: str = "twice",
 ) -> Algorithm: ...
 
 Loss = Union[str, Callable[[Tensor, Tensor], Tensor]]

@@ -10,8 +10,8 @@ use crate::error::{from_callback, to_py, IntoPyResult};
 use crate::model::{model_in, AnyModel};
 use crate::tensor::{dtype_from, PyTensor};
 use braintrace_core::learn::{
-    compile as compile_rs, rank_decay, step_values, Algorithm, DRtrl, Learner, ModelState,
-    NonTemporal, PpProp, Reduction, VjpMethod,
+    compile as compile_rs, rank_decay, step_values, Algorithm, DRtrl, InStepPaths, Learner,
+    ModelState, NonTemporal, PpProp, Reduction, VjpMethod,
 };
 use braintrace_core::nn::io;
 use braintrace_core::{Jit, Result, Tensor};
@@ -58,16 +58,36 @@ fn non_temporal(name: &str) -> PyResult<NonTemporal> {
     }
 }
 
+fn in_step_paths(name: &str) -> PyResult<InStepPaths> {
+    match name {
+        "twice" => Ok(InStepPaths::Twice),
+        "once" => Ok(InStepPaths::Once),
+        other => Err(PyValueError::new_err(format!(
+            "`in_step_paths`: {other:?}; use \"twice\" (braintrace's learning signal) or \"once\" (each in-step path counted once)"
+        ))),
+    }
+}
+
 /// D-RTRL: eligibility traces of parameter size, the hidden-to-hidden
 /// Jacobian kept diagonal. `non_temporal="zero"` gives parameters without
 /// a relation to a hidden state (a readout) braintrace's exact zeros;
 /// `"in_step"` their in-step gradient (what training usually wants).
+/// `in_step_paths="twice"` is braintrace's learning signal, which counts an
+/// in-step path between two states of a group (an LSTM's c → h, a LIF's
+/// current → voltage) twice; `"once"` counts it once (exact where D-RTRL
+/// is).
 #[pyfunction]
-#[pyo3(name = "D_RTRL", signature = (vjp_method="single-step", non_temporal="zero", fast_paths=true))]
-pub fn d_rtrl(vjp_method: &str, non_temporal: &str, fast_paths: bool) -> PyResult<PyAlgorithm> {
+#[pyo3(name = "D_RTRL", signature = (vjp_method="single-step", non_temporal="zero", fast_paths=true, in_step_paths="twice"))]
+pub fn d_rtrl(
+    vjp_method: &str,
+    non_temporal: &str,
+    fast_paths: bool,
+    in_step_paths: &str,
+) -> PyResult<PyAlgorithm> {
     let a = DRtrl::default()
         .vjp_method(vjp(vjp_method)?)
         .non_temporal(self::non_temporal(non_temporal)?)
+        .in_step_paths(self::in_step_paths(in_step_paths)?)
         .fast_paths(fast_paths);
     Ok(PyAlgorithm { algo: a.into() })
 }
@@ -84,13 +104,15 @@ fn decay_of(v: &Bound<'_, PyAny>) -> PyResult<f64> {
 
 /// ES-D-RTRL / pp_prop with `decay_or_rank`: a float decay in [0, 1), an
 /// int rank r (decay (r-1)/(r+1)), or a pair (input decay, output decay).
+/// `in_step_paths` as for `D_RTRL`.
 #[pyfunction]
-#[pyo3(signature = (decay_or_rank, vjp_method="single-step", non_temporal="zero", fast_paths=true))]
+#[pyo3(signature = (decay_or_rank, vjp_method="single-step", non_temporal="zero", fast_paths=true, in_step_paths="twice"))]
 pub fn pp_prop(
     decay_or_rank: &Bound<'_, PyAny>,
     vjp_method: &str,
     non_temporal: &str,
     fast_paths: bool,
+    in_step_paths: &str,
 ) -> PyResult<PyAlgorithm> {
     let p = if let Ok(t) = decay_or_rank.cast::<PyTuple>() {
         if t.len() != 2 {
@@ -106,6 +128,7 @@ pub fn pp_prop(
     let p = p
         .vjp_method(vjp(vjp_method)?)
         .non_temporal(self::non_temporal(non_temporal)?)
+        .in_step_paths(self::in_step_paths(in_step_paths)?)
         .fast_paths(fast_paths);
     Ok(PyAlgorithm { algo: p.into() })
 }

@@ -92,6 +92,8 @@ def test_messages_name_the_op_and_the_shapes():
         lambda: bt.pp_prop((0.5, 0.5, 0.5)),
         lambda: bt.D_RTRL(vjp_method="sideways"),
         lambda: bt.D_RTRL(non_temporal="sometimes"),
+        lambda: bt.D_RTRL(in_step_paths="thrice"),
+        lambda: bt.pp_prop(0.9, in_step_paths="never"),
         lambda: bt.compile(nn.GRUCell(N_IN, 5), "pp_prop", np.zeros((B, N_IN)), batch_size=B),
         lambda: bt.compile(nn.GRUCell(N_IN, 5), "nope", np.zeros((B, N_IN)), batch_size=B),
         lambda: bt.compile(nn.GRUCell(N_IN, 5), bt.D_RTRL(), np.zeros((B, N_IN)), batch_size=B + 1),

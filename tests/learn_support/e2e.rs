@@ -6,8 +6,8 @@
 
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
-    bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Learner, Level, Model, ModelState,
-    NonTemporal, PpProp, Reduction, TensorDict, VjpMethod,
+    bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, InStepPaths, Learner, Level, Model,
+    ModelState, NonTemporal, PpProp, Reduction, TensorDict, VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -202,11 +202,14 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
         other => return Err(format!("unknown vjp_method {other}")),
     };
     let algo: Algorithm = match str_of(field(o, "algorithm", "case")?, "algorithm")? {
-        // braintrace 0.2.6 gives parameters without a relation zeros; ours
-        // default to their in-step gradient, so the comparison asks for zeros.
+        // braintrace 0.2.6 gives parameters without a relation zeros and
+        // counts in-step paths between a group's states twice; ours default
+        // to the in-step gradient and to counting them once, so the
+        // comparison asks for braintrace's behaviour.
         "D_RTRL" => DRtrl::default()
             .vjp_method(vjp)
             .non_temporal(NonTemporal::Zero)
+            .in_step_paths(InStepPaths::Twice)
             .into(),
         "pp_prop" | "ES_D_RTRL" => {
             let p = match opts.get("decay_or_rank") {
@@ -226,7 +229,10 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
                 other => return Err(format!("unsupported decay_or_rank {other:?}")),
             }
             .map_err(|e| e.to_string())?;
-            p.vjp_method(vjp).non_temporal(NonTemporal::Zero).into()
+            p.vjp_method(vjp)
+                .non_temporal(NonTemporal::Zero)
+                .in_step_paths(InStepPaths::Twice)
+                .into()
         }
         other => return Err(format!("unknown algorithm {other}")),
     };

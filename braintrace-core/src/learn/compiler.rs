@@ -497,6 +497,21 @@ impl EtraceGraph {
             ));
         }
         if self.relations.is_empty() {
+            // A declared state the step passes through unchanged: the
+            // usual cause is a step that forgets `ctx.set_hidden`.
+            let unwritten: Vec<String> = (0..self.num_hidden)
+                .filter(|&i| self.hidden_out_var(i) == self.hidden_in_var(i))
+                .map(|i| format!("`{}`", self.hidden_paths[i]))
+                .collect();
+            if !unwritten.is_empty() {
+                return Err(Error::invalid(
+                    "compile",
+                    format!(
+                        "the step never writes the hidden state(s) {} declared in `init` (set each with `ctx.set_hidden`), so no weight relates to a hidden state",
+                        unwritten.join(", ")
+                    ),
+                ));
+            }
             let etp = self
                 .graph
                 .eqns()

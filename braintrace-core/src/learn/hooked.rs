@@ -15,6 +15,11 @@ pub(crate) struct Hooks {
     pub overrides: HashMap<VarId, Tensor>,
     /// Variables to which a perturbation is added where they are produced.
     pub perturb: HashMap<VarId, Tensor>,
+    /// Variables whose value is replaced by the given one after their
+    /// equation has computed it: the computed value is what `record`
+    /// returns for them, and everything downstream sees the given one (a
+    /// cut between a variable and its uses).
+    pub cut: HashMap<VarId, Tensor>,
     /// Variables whose values are wanted.
     pub record: Vec<VarId>,
 }
@@ -55,6 +60,10 @@ pub(crate) fn eval_hooked(
             if hooks.record.contains(v) {
                 recorded.insert(*v, t.clone());
             }
+            let t = match hooks.cut.get(v) {
+                Some(c) => c.clone(),
+                None => t,
+            };
             res.push(t);
         }
         Ok(res)

@@ -26,6 +26,7 @@ mod compiler;
 mod diagnostics;
 mod fast;
 mod hooked;
+mod in_step;
 mod kernel_check;
 mod learner;
 mod nonfinite;
@@ -49,7 +50,7 @@ algorithms! {
     pp_prop::{rank_decay, PpProp};
 }
 
-pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};
+pub use algorithm::{Algorithm, InStepPaths, NonTemporal, Reduction, VjpMethod};
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};

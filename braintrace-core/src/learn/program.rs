@@ -17,16 +17,17 @@
 //! positions.
 
 use super::algorithm::{
-    Algorithm, Layout, NonTemporal, Pair, SolveIn, StepEval, TraceRule, VjpMethod,
+    Algorithm, InStepPaths, Layout, NonTemporal, Pair, SolveIn, StepEval, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
 use super::hooked::{eval_hooked, Hooks};
+use super::in_step;
 use super::shared::stack_last;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, VarId};
 use crate::tensor::Tensor;
 use crate::transform::{jvp, vjp};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The forward program's results.
@@ -385,7 +386,24 @@ impl Program {
         let d_hidden_in = &cts[np..np + nh];
         let d_perturb = &cts[np + nh..];
         let method = self.algo.vjp_method();
+        let partial;
         let signal = match method {
+            VjpMethod::SingleStep if self.algo.in_step_paths() == InStepPaths::Once => {
+                let boundary: HashSet<VarId> = self.boundary_vars().into_iter().collect();
+                let groups = in_step::groups_with_in_step_paths(eg, &boundary);
+                if groups.is_empty() {
+                    d_perturb
+                } else {
+                    let inputs = Self::step_inputs(params, hidden, x);
+                    let rec = Hooks {
+                        record: boundary.iter().copied().collect(),
+                        ..Hooks::default()
+                    };
+                    let (_, vals) = eval_hooked(g, &inputs, &rec)?;
+                    partial = in_step::partial_signal(eg, &inputs, &vals, &groups, d_perturb)?;
+                    &partial[..]
+                }
+            }
             VjpMethod::SingleStep => d_perturb,
             VjpMethod::MultiStep => d_hidden_in,
         };

@@ -79,6 +79,7 @@ impl Model for Linear {
         Ok(())
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        check_features(&layer_op("Linear", &self.path), x, self.n_in)?;
         let w = ctx.param(&self.weight_key())?;
         let b = if self.bias {
             Some(ctx.param(&self.bias_key())?)
@@ -96,6 +97,24 @@ impl Model for Linear {
 /// `Layer `path``: how a layer's errors name it.
 pub(crate) fn layer_op(layer: &str, path: &str) -> String {
     format!("{layer} `{path}`")
+}
+
+/// A layer's input must have `n` features on its last axis: an error
+/// naming the layer (`op`), the input's shape and the features expected,
+/// before the layer's product would fail with the operands' shapes only
+/// (typically a model compiled with an example input of the wrong width).
+pub(crate) fn check_features(op: &str, x: &Tensor, n: usize) -> Result<()> {
+    if x.shape().last() == Some(&n) {
+        return Ok(());
+    }
+    Err(Error::shapes(
+        op,
+        [x.shape()],
+        format!(
+            "the input must have {n} features on its last axis, got shape {:?}",
+            x.shape()
+        ),
+    ))
 }
 
 /// A size of a layer, which must be at least 1 (a layer of 0 units traces
@@ -193,6 +212,8 @@ impl Model for GruCell {
         init.hidden(&self.hidden_path(), &[self.n_rec])
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let n_in = self.wz.n_in.saturating_sub(self.n_rec);
+        check_features(&layer_op("GruCell", &self.path), x, n_in)?;
         let h = ctx.hidden(&self.hidden_path())?;
         let xh = cat_last(x, &h)?;
         let z = self.wz.step(ctx, &xh)?.sigmoid()?;

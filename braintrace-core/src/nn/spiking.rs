@@ -1,7 +1,7 @@
 //! Spiking layers: an exponential synapse and a current-based LIF cell with
 //! recurrent spikes, soft reset and a surrogate spike gradient.
 
-use super::layers::{cat_last, decay_open, layer_op, size_at_least_one, Linear};
+use super::layers::{cat_last, check_features, decay_open, layer_op, size_at_least_one, Linear};
 use super::snn::SpikeReset;
 use crate::error::Error;
 use crate::error::Result;
@@ -133,6 +133,8 @@ impl Model for LifCell {
         init.hidden(&self.voltage_path(), &[self.n_rec])
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let n_in = self.rec.n_in.saturating_sub(self.n_rec);
+        check_features(&layer_op("LifCell", &self.path), x, n_in)?;
         let i = ctx.hidden(&self.current_path())?;
         let v = ctx.hidden(&self.voltage_path())?;
         let s = v.sub_scalar(self.v_th)?.spike(self.surrogate)?;

@@ -8,7 +8,7 @@ mod fused;
 mod rule;
 
 use super::algorithm::{
-    Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+    Algorithm, InStepPaths, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
 use crate::error::Result;
@@ -23,6 +23,9 @@ pub struct DRtrl {
     pub vjp_method: VjpMethod,
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
+    /// How in-step paths between the states of a group are counted
+    /// ([`InStepPaths`]; `Twice` by default, as braintrace 0.2.6).
+    pub in_step_paths: InStepPaths,
     /// Use the fused in-place trace kernels where a primitive has one (the
     /// dense, element-wise, sparse, LoRA and channel-first conv built-ins,
     /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
@@ -35,6 +38,7 @@ impl Default for DRtrl {
         DRtrl {
             vjp_method: VjpMethod::SingleStep,
             non_temporal: NonTemporal::InStep,
+            in_step_paths: InStepPaths::default(),
             fast_paths: true,
         }
     }
@@ -56,6 +60,13 @@ impl DRtrl {
         self.non_temporal = n;
         self
     }
+    /// With this counting of in-step paths ([`InStepPaths::Once`] counts
+    /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
+    /// default).
+    pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
+        self.in_step_paths = p;
+        self
+    }
 }
 
 impl OnlineAlgorithm for DRtrl {
@@ -70,6 +81,9 @@ impl OnlineAlgorithm for DRtrl {
     }
     fn non_temporal(&self) -> NonTemporal {
         self.non_temporal
+    }
+    fn in_step_paths(&self) -> InStepPaths {
+        self.in_step_paths
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -8,7 +8,7 @@ mod dense;
 mod rule;
 
 use super::algorithm::{
-    Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+    Algorithm, InStepPaths, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
@@ -27,6 +27,9 @@ pub struct PpProp {
     pub vjp_method: VjpMethod,
     /// Gradient of parameters without relation in single-step mode.
     pub non_temporal: NonTemporal,
+    /// How in-step paths between the states of a group are counted
+    /// ([`InStepPaths`]; `Twice` by default, as braintrace 0.2.6).
+    pub in_step_paths: InStepPaths,
     /// Accumulate the weight gradients of relations with a registered
     /// [`TraceKernel::Dense`](crate::etp::TraceKernel::Dense) kernel in the learner,
     /// as one matrix product per chunk of steps (`Σ_t x̄_tᵀ g_t` with the
@@ -60,6 +63,7 @@ impl PpProp {
             decay_f,
             vjp_method: VjpMethod::SingleStep,
             non_temporal: NonTemporal::InStep,
+            in_step_paths: InStepPaths::default(),
             fast_paths: true,
         })
     }
@@ -77,6 +81,13 @@ impl PpProp {
     /// With this treatment of non-temporal parameters.
     pub fn non_temporal(mut self, n: NonTemporal) -> Self {
         self.non_temporal = n;
+        self
+    }
+    /// With this counting of in-step paths ([`InStepPaths::Once`] counts
+    /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
+    /// default).
+    pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
+        self.in_step_paths = p;
         self
     }
     /// The bias correction of call `n` (counted from 0): `max(1 − α_f^{n+1}, 1e−8)`
@@ -113,6 +124,9 @@ impl OnlineAlgorithm for PpProp {
     }
     fn non_temporal(&self) -> NonTemporal {
         self.non_temporal
+    }
+    fn in_step_paths(&self) -> InStepPaths {
+        self.in_step_paths
     }
     fn as_any(&self) -> &dyn Any {
         self
