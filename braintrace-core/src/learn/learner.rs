@@ -450,6 +450,13 @@ impl<M: Model> Learner<M> {
                 "xs and ys must have the same number of steps (axis 0)",
             ));
         }
+        if xs.shape()[0] == 0 {
+            return Err(Error::shapes(
+                "etrace_grad",
+                [xs.shape(), ys.shape()],
+                "xs and ys must have at least one step (axis 0 is 0): there is no loss to differentiate",
+            ));
+        }
         if &xs.shape()[1..] != self.input_aval.shape() {
             return Err(Error::shape(
                 "etrace_grad",
