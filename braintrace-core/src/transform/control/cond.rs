@@ -171,6 +171,38 @@ impl Cond {
     pub fn branches(&self) -> Vec<&Graph> {
         self.branches.iter().map(|b| &**b).collect()
     }
+    /// Every branch evaluated on `args` (`index ++ operands`) and the
+    /// selected results kept by `select` (if-conversion: the learning
+    /// compiler inlines a cond this way, as braintrace's
+    /// `ControlFlowPolicy(cond='convert')` does). Values and tangents equal
+    /// the cond's; a branch that is not finite where it is not selected
+    /// can still spoil reverse-mode gradients (`0 · NaN`).
+    pub fn if_converted(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.abstract_eval(&crate::ops::avals(args))?;
+        let index = &args[0];
+        let mut results = Vec::with_capacity(self.branches.len());
+        for b in &self.branches {
+            results.push(b.eval(&args[1..])?);
+        }
+        let n = results.len();
+        let mut acc = results[0].clone();
+        for (k, outs) in results.iter().enumerate().skip(1) {
+            let mask = if index.dtype() == DType::Bool {
+                index.clone()
+            } else {
+                let k_t = Tensor::scalar_of(k as f64, DType::I64);
+                if k == n - 1 {
+                    index.ge(&k_t)?
+                } else {
+                    index.eq_elem(&k_t)?
+                }
+            };
+            for (a, o) in acc.iter_mut().zip(outs) {
+                *a = where_(&mask, o, a)?;
+            }
+        }
+        Ok(acc)
+    }
     /// Bind on `index ++ args`.
     pub fn bind(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         graph::bind(Arc::new(self.clone()), args)

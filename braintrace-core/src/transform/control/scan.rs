@@ -229,6 +229,43 @@ impl Scan {
     pub fn bind(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         graph::bind(Arc::new(self.clone()), args)
     }
+    /// Run the iterations one after the other by evaluating the body
+    /// (eagerly, or recorded into the active trace: the loop unrolled, as
+    /// the learning compiler inlines a fixed-count scan). `args` are
+    /// `consts ++ init ++ xs`; returns `final carry ++ ys`.
+    pub fn unroll(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.abstract_eval(&crate::ops::avals(inputs))?;
+        let (nc, nk) = (self.num_consts, self.num_carry);
+        let (consts, rest) = inputs.split_at(nc);
+        let (init, xs) = rest.split_at(nk);
+        let mut carry = init.to_vec();
+        let mut ys: Vec<Vec<Tensor>> = vec![Vec::with_capacity(self.length); self.num_ys()];
+        for i in self.order() {
+            let mut args = consts.to_vec();
+            args.append(&mut carry);
+            for x in xs {
+                args.push(x.index_axis0(i)?);
+            }
+            let mut outs = self.body.eval(&args)?;
+            for (list, y) in ys.iter_mut().zip(outs.split_off(nk)) {
+                list.push(y);
+            }
+            carry = outs;
+        }
+        let y_avals = self.body.out_avals().split_off(nk);
+        let mut res = carry;
+        for (mut list, a) in ys.into_iter().zip(y_avals) {
+            if self.reverse {
+                list.reverse();
+            }
+            res.push(if list.is_empty() {
+                Tensor::zeros_aval(&self.stacked(&a))
+            } else {
+                stack(&list, 0)?
+            });
+        }
+        Ok(res)
+    }
     fn num_ys(&self) -> usize {
         self.body.outvars().len() - self.num_carry
     }
@@ -306,37 +343,7 @@ impl Primitive for Scan {
             .collect())
     }
     fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.abstract_eval(&crate::ops::avals(inputs))?;
-        let (nc, nk) = (self.num_consts, self.num_carry);
-        let (consts, rest) = inputs.split_at(nc);
-        let (init, xs) = rest.split_at(nk);
-        let mut carry = init.to_vec();
-        let mut ys: Vec<Vec<Tensor>> = vec![Vec::with_capacity(self.length); self.num_ys()];
-        for i in self.order() {
-            let mut args = consts.to_vec();
-            args.append(&mut carry);
-            for x in xs {
-                args.push(x.index_axis0(i)?);
-            }
-            let mut outs = self.body.eval(&args)?;
-            for (list, y) in ys.iter_mut().zip(outs.split_off(nk)) {
-                list.push(y);
-            }
-            carry = outs;
-        }
-        let y_avals = self.body.out_avals().split_off(nk);
-        let mut res = carry;
-        for (mut list, a) in ys.into_iter().zip(y_avals) {
-            if self.reverse {
-                list.reverse();
-            }
-            res.push(if list.is_empty() {
-                Tensor::zeros_aval(&self.stacked(&a))
-            } else {
-                stack(&list, 0)?
-            });
-        }
-        Ok(res)
+        self.unroll(inputs)
     }
     fn jvp(
         &self,
