@@ -5,6 +5,7 @@
 //! nesting, and the errors for bad input.
 
 use braintrace::prelude::*;
+use braintrace::transform::control::Branch;
 use braintrace::transform::{cond, scan, switch, while_loop};
 
 fn data(shape: &[usize], seed: f64) -> Tensor {
@@ -390,26 +391,26 @@ fn cond_on_a_traced_predicate_is_one_equation() {
     let x = data(&[3], 0.1); // sum > 0
     let neg = x.neg().unwrap();
     close(
-        &f(&[x.clone()]).unwrap()[0],
+        &f(std::slice::from_ref(&x)).unwrap()[0],
         &x.mul_scalar(2.0).unwrap(),
         0.0,
         "true",
     );
     close(
-        &f(&[neg.clone()]).unwrap()[0],
+        &f(std::slice::from_ref(&neg)).unwrap()[0],
         &neg.mul_scalar(-3.0).unwrap(),
         0.0,
         "false",
     );
     let j = jit(f);
     close(
-        &j(&[neg.clone()]).unwrap()[0],
+        &j(std::slice::from_ref(&neg)).unwrap()[0],
         &neg.mul_scalar(-3.0).unwrap(),
         0.0,
         "jit false",
     );
     close(
-        &j(&[x.clone()]).unwrap()[0],
+        &j(std::slice::from_ref(&x)).unwrap()[0],
         &x.mul_scalar(2.0).unwrap(),
         0.0,
         "jit true",
@@ -477,7 +478,7 @@ fn cond_vmap_with_a_batched_and_a_shared_predicate() {
 
 #[test]
 fn switch_selects_by_index_clamped_and_under_vmap() {
-    let branches: [&dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>; 3] = [
+    let branches: [Branch<'_>; 3] = [
         &|a: &[Tensor]| Ok(vec![a[0].add_scalar(10.0)?]),
         &|a: &[Tensor]| Ok(vec![a[0].mul_scalar(3.0)?]),
         &|a: &[Tensor]| Ok(vec![a[0].neg()?]),

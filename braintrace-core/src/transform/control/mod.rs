@@ -22,7 +22,7 @@ mod cond;
 mod scan;
 mod while_loop;
 
-pub use cond::{as_cond, cond, switch, Cond};
+pub use cond::{as_cond, cond, switch, Branch, Cond};
 pub use scan::{as_scan, scan, Scan};
 pub use while_loop::{as_while, while_loop, While};
 
