@@ -854,3 +854,64 @@ fn scan_xs_must_share_the_leading_length() {
         "{e:?}"
     );
 }
+
+// ------------------------------------------------------------------ more
+
+#[test]
+fn scan_second_order_matches_finite_differences_of_the_gradient() {
+    // jvp of grad: the JVP of the reverse scan that the transpose built
+    let a = rnn_args();
+    let v = vec![data(&[3, 3], 4.0), data(&[3], 4.5), data(&[5, 3], 5.0)];
+    let g = grad(rnn_loss(rnn_scan));
+    let (_, hv) = jvp(|x: &[Tensor]| g(x), &a, &v).unwrap();
+    let gl = grad(rnn_loss(rnn_loop));
+    let h = 1e-5;
+    let shift = |s: f64| -> Vec<Tensor> {
+        a.iter()
+            .zip(&v)
+            .map(|(x, d)| x.add(&d.mul_scalar(s).unwrap()).unwrap())
+            .collect()
+    };
+    let (up, dn) = (gl(&shift(h)).unwrap(), gl(&shift(-h)).unwrap());
+    for k in 0..3 {
+        let fd = up[k]
+            .sub(&dn[k])
+            .unwrap()
+            .mul_scalar(1.0 / (2.0 * h))
+            .unwrap();
+        close(&hv[k], &fd, 1e-6, &format!("Hv {k}"));
+    }
+}
+
+#[test]
+fn scan_over_an_etp_primitive_jits_and_differentiates() {
+    use braintrace::prims::{matmul, Transforms};
+    let f = |a: &[Tensor], etp: bool| -> Result<Tensor> {
+        let (w, xs) = (&a[0], &a[1]);
+        let (c, _) = scan(
+            |c: &[Tensor], x: &[Tensor]| {
+                let y = if etp {
+                    matmul(&x[0], w, None, &Transforms::default())?
+                } else {
+                    x[0].matmul(w)?
+                };
+                Ok((vec![c[0].mul_scalar(0.7)?.add(&y.tanh()?)?], vec![]))
+            },
+            &[Tensor::zeros(&[2, 3], DType::F64)],
+            std::slice::from_ref(xs),
+            None,
+        )?;
+        c[0].square()?.sum_all()
+    };
+    let a = vec![data(&[4, 3], 0.1), data(&[5, 2, 4], 0.6)];
+    let g = make_graph(|x: &[Tensor]| Ok(vec![f(x, true)?]), &avals(&a)).unwrap();
+    assert!(g.to_string().contains("etp_mm"), "{g}");
+    let j = jit(|x: &[Tensor]| {
+        let gr = grad(|y: &[Tensor]| f(y, true))(x)?;
+        Ok(vec![f(x, true)?, gr[0].clone()])
+    });
+    let got = j(&a).unwrap();
+    let want = grad(|y: &[Tensor]| f(y, false))(&a).unwrap();
+    close(&got[0], &f(&a, false).unwrap(), 1e-14, "value");
+    close(&got[1], &want[0], 1e-12, "dW");
+}
