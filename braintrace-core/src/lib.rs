@@ -26,6 +26,7 @@ pub use error::{Error, Result};
 pub use graph::{Graph, LinearArg, Primitive};
 pub use ops::{avals, concat, spike, stack, where_, Surrogate};
 pub use tensor::{ArrayData, ArrayElement, Aval, DType, Tensor};
+pub use transform::{cond, scan, switch, while_loop};
 pub use transform::{custom_jvp, CustomJvp};
 pub use transform::{
     eval_shape, grad, grad_scalar, jit, jvp, make_graph, value_and_grad, value_and_grad_vec, vjp,

@@ -417,7 +417,12 @@ impl fmt::Display for Graph {
             let p = if params.is_empty() {
                 String::new()
             } else {
-                let kv: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                // A held graph (control flow) prints on its own lines,
+                // indented under its equation.
+                let kv: Vec<String> = params
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.replace('\n', "\n        ")))
+                    .collect();
                 format!("[{}]", kv.join(" "))
             };
             writeln!(

@@ -6,6 +6,7 @@
 //! The traced step graph has inputs `params ++ hidden ++ [x]` (declaration
 //! order) and outputs `[out] ++ new_hidden`.
 
+use super::control_flow::{canonicalize_control_flow, refusal, ControlFlowPolicy};
 use super::diagnostics::{Diagnostic, DiagnosticKind, Level};
 use super::state::{step_values, Model, ModelState};
 use crate::error::{Error, Result};
@@ -104,8 +105,22 @@ fn is_weight_op(name: &str) -> bool {
 }
 
 impl EtraceGraph {
-    /// Trace one step of `model` at its current state on `x` and analyse it.
+    /// Trace one step of `model` at its current state on `x` and analyse it
+    /// (control flow handled by the default [`ControlFlowPolicy`]).
     pub fn analyse<M: Model + ?Sized>(model: &M, state: &ModelState, x: &Tensor) -> Result<Self> {
+        Self::analyse_with(model, state, x, &ControlFlowPolicy::default())
+    }
+
+    /// [`EtraceGraph::analyse`] with a control-flow policy: ETP-relevant
+    /// fixed-count scans are unrolled and conds if-converted before the
+    /// analysis; what cannot be traced through is refused with an error
+    /// naming the op (see [`canonicalize_control_flow`]).
+    pub fn analyse_with<M: Model + ?Sized>(
+        model: &M,
+        state: &ModelState,
+        x: &Tensor,
+        policy: &ControlFlowPolicy,
+    ) -> Result<Self> {
         let pinfo = state.param_infos().to_vec();
         let hinfo = state.hidden_infos().to_vec();
         let (np, nh) = (pinfo.len(), hinfo.len());
@@ -128,15 +143,20 @@ impl EtraceGraph {
             },
             &avals,
         )?;
+        let param_keys: Vec<String> = pinfo.iter().map(|p| p.key.clone()).collect();
+        let (graph, diagnostics) = canonicalize_control_flow(&graph, &param_keys, policy)?;
+        if let Some(e) = refusal(&diagnostics) {
+            return Err(e);
+        }
         let mut g = EtraceGraph {
             graph,
             num_params: np,
             num_hidden: nh,
             hidden_paths: hinfo.iter().map(|h| h.path.clone()).collect(),
-            param_keys: pinfo.iter().map(|p| p.key.clone()).collect(),
+            param_keys,
             groups: Vec::new(),
             relations: Vec::new(),
-            diagnostics: Vec::new(),
+            diagnostics,
         };
         g.find_groups()?;
         g.find_relations(state)?;

@@ -25,6 +25,27 @@ pub enum DiagnosticKind {
     TrainableNotParam,
     /// Several hidden states merged into one group.
     HiddenGroupMerged,
+    /// A fixed-count `scan` with ETP primitives or weights inside, unrolled
+    /// into the step so the compiler sees each iteration (info).
+    ScanUnrolled,
+    /// A `scan` with ETP primitives or weights inside left as one equation
+    /// (longer than the policy's unroll limit); refused after (warning).
+    ScanUnrollSkipped,
+    /// A `cond` with ETP primitives or weights inside, if-converted: every
+    /// branch inlined and the results selected (info).
+    CondIfConverted,
+    /// A `cond` with ETP primitives or weights inside left as one equation
+    /// (the policy says opaque); refused after (warning).
+    CondConversionSkipped,
+    /// A weight used inside a `while` loop: refused (error).
+    WeightInWhile,
+    /// A weight used inside a control-flow equation the compiler cannot
+    /// trace through: refused (error).
+    WeightInControlFlow,
+    /// An ETP primitive inside a control-flow equation the compiler cannot
+    /// trace through: refused (error), since its weight would silently
+    /// drop out of online learning.
+    PrimitiveInsideControlFlow,
 }
 
 impl DiagnosticKind {
@@ -38,6 +59,13 @@ impl DiagnosticKind {
             DiagnosticKind::ExcludedShapeMismatch => "RELATION_EXCLUDED_SHAPE_MISMATCH",
             DiagnosticKind::TrainableNotParam => "TRAINABLE_INVAR_NOT_PARAMSTATE",
             DiagnosticKind::HiddenGroupMerged => "HIDDEN_GROUP_MERGED",
+            DiagnosticKind::ScanUnrolled => "SCAN_UNROLLED",
+            DiagnosticKind::ScanUnrollSkipped => "SCAN_UNROLL_SKIPPED",
+            DiagnosticKind::CondIfConverted => "COND_IF_CONVERTED",
+            DiagnosticKind::CondConversionSkipped => "COND_CONVERSION_SKIPPED",
+            DiagnosticKind::WeightInWhile => "WEIGHT_IN_WHILE",
+            DiagnosticKind::WeightInControlFlow => "WEIGHT_IN_CONTROL_FLOW",
+            DiagnosticKind::PrimitiveInsideControlFlow => "PRIMITIVE_INSIDE_CONTROL_FLOW",
         }
     }
 }
@@ -49,6 +77,8 @@ pub enum Level {
     Info,
     /// Something will not be learned online (braintrace emits a warning).
     Warning,
+    /// The model cannot be compiled as written (compilation fails).
+    Error,
 }
 
 /// One compiler decision.
@@ -73,6 +103,7 @@ impl fmt::Display for Diagnostic {
         let level = match self.level {
             Level::Info => "info",
             Level::Warning => "warning",
+            Level::Error => "error",
         };
         write!(
             f,

@@ -23,6 +23,7 @@
 mod algorithm;
 mod bptt;
 mod compiler;
+mod control_flow;
 mod diagnostics;
 mod fast;
 mod hooked;
@@ -53,6 +54,7 @@ algorithms! {
 pub use algorithm::{Algorithm, InStepPaths, NonTemporal, Reduction, VjpMethod};
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
+pub use control_flow::{canonicalize_control_flow, CondPolicy, ControlFlowPolicy};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
 pub use learner::{compile, EtraceGrads, Learner};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};

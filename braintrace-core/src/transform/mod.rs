@@ -9,12 +9,14 @@
 
 mod batching;
 mod call;
+pub mod control;
 mod custom_jvp;
 mod jit;
 mod linearize;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
 pub use call::{as_call, call, Call};
+pub use control::{cond, scan, switch, while_loop};
 pub use custom_jvp::{custom_jvp, CustomJvp, CustomJvpCall, JvpRule, PrimalFn};
 pub(crate) use jit::Staged;
 pub use jit::{jit, Jit};
