@@ -487,3 +487,28 @@ fn bad_options_are_refused_naming_the_argument_with_nothing_changed() {
     assert!(l.evaluate(&draw(&[T, B, I + 1], 1)).is_err());
     assert_eq!(snapshot(&l), before);
 }
+
+/// Every case of `tests/golden_driver` (braintrace 0.2.6: mask, evolve
+/// then grad, chunk_size 2, two targets with aux; GRU and LIF; D-RTRL and
+/// pp_prop) reproduced to 1e-9.
+#[test]
+fn golden_driver_cases() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden_driver");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("MANIFEST.json")).unwrap()).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert!(files.len() >= 14, "{} cases", files.len());
+    let mut fails = Vec::new();
+    for f in files {
+        let f = f.as_str().unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
+        fails.extend(learn_support::driver_golden::check(f, &v));
+    }
+    assert!(
+        fails.is_empty(),
+        "{} failures:\n{}",
+        fails.len(),
+        fails.join("\n")
+    );
+}

@@ -429,7 +429,7 @@ impl<M: Model> Learner<M> {
                     OP,
                     [xs.shape().to_vec(), y.shape().to_vec()],
                     format!(
-                        "ys[{i}]: must be a time-major sequence (T, ...) with T = {t_len}, as xs"
+                        "ys[{i}]: must be a time-major sequence with the same number of steps as xs (T = {t_len}, axis 0)"
                     ),
                 ));
             }
