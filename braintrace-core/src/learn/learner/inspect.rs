@@ -6,12 +6,32 @@ use super::{make_forward, Learner};
 use crate::error::{Error, Result};
 use crate::learn::compiler::EtraceGraph;
 use crate::learn::program::Program;
+use crate::learn::report::CompilationReport;
 use crate::learn::state::Model;
 use crate::tensor::Tensor;
 use crate::transform::Jit;
 use std::sync::Arc;
 
 impl<M: Model> Learner<M> {
+    /// The compilation as data (braintrace's `CompilationReport`): the
+    /// algorithm and its lines, the hidden groups, the weights with traces
+    /// and their groups, the weights without and why, the diagnostics.
+    /// [`explain`](Self::explain) is its readable account.
+    pub fn report(&self) -> CompilationReport {
+        let paths: Vec<String> = self
+            .state
+            .param_infos()
+            .iter()
+            .map(|p| p.state_path.clone())
+            .collect();
+        CompilationReport::new(
+            &self.program.eg,
+            &paths,
+            format!("{:?}", self.program.algo),
+            self.program.rule.explain(),
+        )
+    }
+
     /// The eligibility traces of one weight (copies), in the order of
     /// [`traces`](Self::traces): `weight_key` is a parameter leaf's key
     /// (`rnn/Wz/weight/weight`) or its parameter state's path
