@@ -118,7 +118,7 @@ fn mask_and_weights_equal_a_loop_of_weighted_steps() {
                 .weights(&w)
                 .reduction(reduction);
             let out = a
-                .etrace_grad_with(&xs, &[ys.clone()], |o, y| mse(o, &y[0]), &opts)
+                .etrace_grad_with(&xs, std::slice::from_ref(&ys), |o, y| mse(o, &y[0]), &opts)
                 .unwrap();
             let m = vals(&mask);
             let mut acc = None;
@@ -177,7 +177,7 @@ fn per_sample_mask_equals_a_loop_of_masked_sample_losses() {
         let out = a
             .etrace_grad_with(
                 &xs,
-                &[ys.clone()],
+                std::slice::from_ref(&ys),
                 |o, y| per_sample(o, &y[0]),
                 &EtraceOpts::new().mask(&mask),
             )
@@ -310,11 +310,11 @@ fn a_window_over_the_whole_sequence_is_bptt() {
     let (xs, ys) = (draw(&[T, B, I], 1), draw(&[T, B, O], 2));
     let algo = DRtrl::default().vjp_method(VjpMethod::MultiStep);
     for (k, windows) in [(T, 1usize), (2, T / 2)] {
-        let mut l = learner(algo.clone(), B);
+        let mut l = learner(algo, B);
         let out = l
             .etrace_grad_with(
                 &xs,
-                &[ys.clone()],
+                std::slice::from_ref(&ys),
                 |o, y| mse(o, &y[0]),
                 &EtraceOpts::new().chunk_size(k).reduction(Reduction::Sum),
             )
@@ -323,7 +323,7 @@ fn a_window_over_the_whole_sequence_is_bptt() {
         assert_eq!(out.losses.shape(), &[T]);
         let bp = bptt_grad(
             l.model(),
-            &learner(algo.clone(), B).state().clone(),
+            &learner(algo, B).state().clone(),
             &xs,
             &ys,
             mse,
@@ -335,7 +335,7 @@ fn a_window_over_the_whole_sequence_is_bptt() {
         }
         close(&vals(&out.losses), &vals(&bp.losses), 1e-12, "losses");
         // The hidden states and traces end where a plain evolve leaves them.
-        let mut e = learner(algo.clone(), B);
+        let mut e = learner(algo, B);
         e.evolve(&xs, &EvolveOpts::new()).unwrap();
         assert_eq!(snapshot(&l).0, snapshot(&e).0);
         for (a, b) in snapshot(&l).1.iter().zip(&snapshot(&e).1) {
@@ -343,12 +343,12 @@ fn a_window_over_the_whole_sequence_is_bptt() {
         }
     }
     // chunk_size 1 is the plain path.
-    let mut a = learner(algo.clone(), B);
-    let mut b = learner(algo.clone(), B);
+    let mut a = learner(algo, B);
+    let mut b = learner(algo, B);
     let o1 = a
         .etrace_grad_with(
             &xs,
-            &[ys.clone()],
+            std::slice::from_ref(&ys),
             |o, y| mse(o, &y[0]),
             &EtraceOpts::new().chunk_size(1),
         )
@@ -461,7 +461,7 @@ fn bad_options_are_refused_naming_the_argument_with_nothing_changed() {
         let mut l = warmed(algo);
         let before = snapshot(&l);
         let e = l
-            .etrace_grad_with(&xs, &[ys.clone()], |o, y| mse(o, &y[0]), &opts)
+            .etrace_grad_with(&xs, std::slice::from_ref(&ys), |o, y| mse(o, &y[0]), &opts)
             .unwrap_err()
             .to_string();
         assert!(e.contains(arg), "{arg}: {e}");

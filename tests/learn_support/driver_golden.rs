@@ -225,7 +225,7 @@ fn check_model<M: Model>(
         }
         out
     } else {
-        l.etrace_grad_with(&xs, &[ys.clone()], |o, y| mse(o, &y[0]), &opts)
+        l.etrace_grad_with(&xs, std::slice::from_ref(&ys), |o, y| mse(o, &y[0]), &opts)
             .map_err(e)?
     };
     for (k, w) in get(ex, "grads")?.as_object().ok_or("grads")? {

@@ -156,7 +156,7 @@ pub(super) fn window(op: &str, chunk: Option<usize>, t_len: usize) -> Result<usi
             op,
             "chunk_size: must be at least 1 (1 runs step by step)",
         )),
-        Some(k) if t_len % k != 0 => Err(Error::invalid(
+        Some(k) if !t_len.is_multiple_of(k) => Err(Error::invalid(
             op,
             format!(
                 "chunk_size: {k} does not divide the sequence length {t_len} (ragged windows are refused; trim to {} steps)",
