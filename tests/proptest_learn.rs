@@ -317,11 +317,11 @@ fn hostile(r: &mut Rng, cfg: &Cfg) -> (Tensor, Tensor, &'static [&'static str]) 
             data(r, &[&[t + 1], &cfg.y_shape()[..]].concat(), cfg.dtype),
             &["etrace_grad"],
         ),
-        // No steps.
+        // Targets of the wrong width.
         2 => (
-            data(r, &[&[0], &cfg.x_shape()[..]].concat(), cfg.dtype),
-            data(r, &[&[0], &cfg.y_shape()[..]].concat(), cfg.dtype),
-            &["etrace_grad"],
+            data(r, &xs_ok, cfg.dtype),
+            data(r, &[&ys_ok[..], &[3]].concat(), cfg.dtype),
+            &["etrace_grad", "mse", "sub", "broadcast"],
         ),
         // Integer inputs.
         3 => (
@@ -422,6 +422,25 @@ fn run_config(cfg: &Cfg, r: &mut Rng, tally: &mut Tally) -> Vec<String> {
                     )),
                 }
                 fresh = false;
+            }
+            // No steps: zero gradients, nothing changed.
+            3 if r.below(4) == 0 => {
+                let xs = data(r, &[&[0], &cfg.x_shape()[..]].concat(), cfg.dtype);
+                let ys = data(r, &[&[0], &cfg.y_shape()[..]].concat(), cfg.dtype);
+                let before = snapshot(&learner);
+                match learner.etrace_grad(&xs, &ys, mse, Reduction::Mean) {
+                    Err(e) => fails.push(format!("{what}: an empty sequence refused: {e}")),
+                    Ok(g) => {
+                        tally.valid += 1;
+                        let nonzero = g
+                            .grads
+                            .values()
+                            .any(|v| v.to_vec_f64().unwrap().iter().any(|x| *x != 0.0));
+                        if nonzero || snapshot(&learner) != before {
+                            fails.push(format!("{what}: an empty sequence changed something"));
+                        }
+                    }
+                }
             }
             // A valid sequence: finite gradients shaped like the parameters,
             // and BPTT's where D-RTRL is exact and the traces start at zero.

@@ -320,7 +320,8 @@ impl PyLearner {
     }
 
     /// Reset hidden states and traces to zeros and the step counter to 0
-    /// (`batch_size`: the compiled one, which is the default).
+    /// (`batch_size`: the compiled one by default; another one analyses the
+    /// step again at that size and reallocates the traces).
     #[pyo3(signature = (batch_size=None))]
     fn reset_state(&mut self, batch_size: Option<usize>) -> PyResult<()> {
         let b = batch_size.or(self.inner.state().batch());

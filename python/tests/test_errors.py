@@ -56,7 +56,7 @@ BAD_CALLS = {
     "loss raises": (Boom, lambda l: l.etrace_grad(np.ones((3, B, N_IN)), np.ones((3, B, N_OUT)), boom_loss)),
     "loss returns a number": (TypeError, lambda l: l.etrace_grad(np.ones((3, B, N_IN)), np.ones((3, B, N_OUT)), lambda o, y: 1.0)),
     "loss not a scalar": (ValueError, lambda l: l.etrace_grad(np.ones((3, B, N_IN)), np.ones((3, B, N_OUT)), lambda o, y: o - y)),
-    "reset_state other batch": (ValueError, lambda l: l.reset_state(B + 1)),
+    "reset_state batch 0": (ValueError, lambda l: l.reset_state(0)),
     "set_params wrong shape": (ValueError, lambda l: l.set_params({"out/weight/bias": np.ones(N_OUT + 1)})),
     "set_params unknown key": (ValueError, lambda l: l.set_params({"out/weight/bias": np.ones(N_OUT), "nope": np.ones(1)})),
     "set_hidden wrong shape": (ValueError, lambda l: l.set_hidden("rnn/h", np.ones((B, 6)))),

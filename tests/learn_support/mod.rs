@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod driver_golden;
 pub mod e2e;
 pub mod models;
 pub mod snn_models;

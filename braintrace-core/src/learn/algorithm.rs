@@ -16,7 +16,7 @@
 //!   gradients).
 //!
 //! The learner runs the staged program, reads its results by name
-//! ([`StepOut`](super::program::StepOut)), hands the algorithm's own
+//! (`learn/learner/driver.rs`), hands the algorithm's own
 //! outputs ([`Update::extra`], [`Solved::extra`]) to its [`TraceState`] —
 //! one dynamic call per step (a few nanoseconds against a step of at least
 //! ~4 µs) — and adds the gradients.
@@ -322,6 +322,13 @@ pub(crate) trait TraceRule: Send + Sync {
     /// Lines for [`Learner::explain`](super::Learner::explain), after the
     /// algorithm's own line.
     fn explain(&self) -> Vec<String>;
+    /// For each trace of [`public`](Self::public)'s list, in that order,
+    /// the parameters (indices) it belongs to — what
+    /// [`Learner::etrace_of`](super::Learner::etrace_of) reads. Empty
+    /// when the algorithm does not say (then `etrace_of` is an error).
+    fn public_params(&self) -> Vec<Vec<usize>> {
+        Vec::new()
+    }
 }
 
 /// The traces and accumulators a learner owns for its algorithm, advanced

@@ -266,6 +266,10 @@ impl EtraceGraph {
             p[i] = r;
             r
         }
+        // Whether a state has a hidden-to-hidden path within the step (from
+        // or to it): one without (its only recurrence runs through a
+        // weight) gets a zero-recurrence group of its own, after the others.
+        let mut recurrent = vec![false; nh];
         for i in 0..nh {
             let (seen, _) = self.reach(&consumers, self.hidden_in_var(i), &stop, &|_| false);
             for j in 0..nh {
@@ -274,6 +278,8 @@ impl EtraceGraph {
                     && self.graph.aval(out).shape()
                         == self.graph.aval(self.hidden_in_var(i)).shape()
                 {
+                    recurrent[i] = true;
+                    recurrent[j] = true;
                     let (a, b) = (find(&mut parent, i), find(&mut parent, j));
                     if a != b {
                         parent[a.max(b)] = a.min(b);
@@ -300,6 +306,16 @@ impl EtraceGraph {
                     });
                 }
             }
+        }
+        // braintrace's order ("fourth-b step" of its hidden-group
+        // compiler): the groups with a surviving recurrence first, by their
+        // first state; then the zero-recurrence ones, in state order.
+        let (mut groups, rest): (Vec<HiddenGroup>, Vec<HiddenGroup>) = groups
+            .into_iter()
+            .partition(|g| g.states.iter().any(|&s| recurrent[s]));
+        groups.extend(rest);
+        for (k, g) in groups.iter_mut().enumerate() {
+            g.index = k;
         }
         for g in &groups {
             if g.states.len() > 1 {

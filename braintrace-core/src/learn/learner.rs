@@ -2,16 +2,20 @@
 //! [`Learner::update`] one step at a time or [`Learner::etrace_grad`] over
 //! a sequence, with memory constant in its length.
 
-use super::algorithm::{Algorithm, Reduction, TraceState, VjpMethod};
+use super::algorithm::{Algorithm, Reduction, TraceState};
 use super::compiler::EtraceGraph;
-use super::program::{Forward, Program, StepCounts, StepOut};
-use super::rows::{fill, set_scalar, stack_scalars};
+use super::program::{Forward, Program};
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
-use crate::graph::Graph;
-use crate::tensor::{Aval, Tensor};
-use crate::transform::{Jit, Staged};
-use std::sync::{Arc, Mutex};
+use crate::tensor::Tensor;
+use crate::transform::Jit;
+use std::sync::Arc;
+
+mod driver;
+mod evolve;
+mod inspect;
+mod opts;
+pub use opts::{EtraceOpts, EtraceOut, EvolveOpts, StepLoss};
 
 /// Gradients keyed by parameter key and the per-step losses.
 #[derive(Clone, Debug)]
@@ -40,25 +44,9 @@ pub struct Learner<M: Model> {
     input_aval: crate::tensor::Aval,
     /// The step program `etrace_grad` staged last, reused by the next call
     /// while the loss computes the same thing (and the shapes match).
-    step: Option<StepCache>,
+    step: Option<driver::StepCache>,
     /// How many times `etrace_grad` traced and staged its step program.
     step_traces: usize,
-}
-
-/// A staged `etrace_grad` step and the loss it was traced with: the loss's
-/// own graph for the avals it was called on inside the step.
-struct StepCache {
-    loss: Graph,
-    loss_avals: [Aval; 2],
-    staged: Staged,
-}
-
-/// `loss` traced alone on `avals` (prediction, target).
-fn trace_loss<L>(loss: &L, avals: &[Aval; 2]) -> Result<Graph>
-where
-    L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
-{
-    crate::transform::make_graph(|a: &[Tensor]| Ok(vec![loss(&a[0], &a[1])?]), avals)
 }
 
 /// Compile `model` for online learning with `algorithm`.
@@ -184,17 +172,14 @@ impl<M: Model> Learner<M> {
     pub fn step_traces(&self) -> usize {
         self.step_traces
     }
-    /// Reset hidden states to zeros with batch size `batch` (which must be the
-    /// compiled one), the traces to zeros and the step counter to 0.
+    /// Reset hidden states to zeros with batch size `batch`, the traces to
+    /// zeros and the step counter to 0. Another batch size than the
+    /// compiled one analyses the step again at that size and reallocates
+    /// the traces (braintrace's `reset_state(batch_size)`); the
+    /// parameters are kept.
     pub fn reset_state(&mut self, batch: Option<usize>) -> Result<()> {
         if batch != self.state.batch() {
-            return Err(Error::invalid(
-                "reset_state",
-                format!(
-                    "the learner was compiled for batch size {:?}; got {batch:?} (compile again for another batch size)",
-                    self.state.batch()
-                ),
-            ));
+            return self.rebatch(batch);
         }
         self.state.reset_hidden(batch)?;
         self.traces = self.program.rule.zeros();
@@ -267,213 +252,19 @@ impl<M: Model> Learner<M> {
     where
         L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
     {
-        let t_len = self.check_sequences(xs, ys)?;
-        let program = self.program.clone();
-        let np = self.state.param_values().len();
-        let nh = self.state.hidden_values().len();
-        let nt = self.traces.len();
-        let multi = self.program.algo.vjp_method() == VjpMethod::MultiStep;
-        // The last call's step program, when this call's loss computes the
-        // same thing on the same avals: tracing the loss alone is cheap,
-        // tracing and staging the whole step is not (about 1 ms at hidden
-        // 128, a tenth of the step time of 100 pp_prop steps).
-        let reuse = match &self.step {
-            Some(c) if !crate::graph::is_tracing() => trace_loss(&loss, &c.loss_avals)
-                .ok()
-                .filter(|g| g.same_computation(&c.loss))
-                .map(|_| c.staged.clone()),
-            _ => None,
-        };
-        // The avals the step's trace called the loss on.
-        let loss_avals: Mutex<Option<[Aval; 2]>> = Mutex::new(None);
-        let seen = &loss_avals;
-        let loss_ref = &loss;
-        let recorded = move |p: &Tensor, y: &Tensor| {
-            *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some([p.aval(), y.aval()]);
-            loss_ref(p, y)
-        };
-        // One program per step: the forward (step, D, Df, trace update) and
-        // the gradient (learning signal, solve) traced together, so that
-        // `jit` stages them once and runs them as one graph.
-        let step_fn = Jit::new(move |a: &[Tensor]| {
-            let (params, rest) = a.split_at(np);
-            let (hidden, rest) = rest.split_at(nh);
-            let (x, y, c) = (&rest[0], &rest[1], &rest[2]);
-            let traces = &rest[3..3 + nt];
-            let f = program.forward(params, hidden, x, traces)?;
-            let solve_tr = if multi { traces } else { &f.traces[..] };
-            let g = program.gradient(params, hidden, x, y, solve_tr, c, &recorded)?;
-            Ok(StepOut::flat(f, g))
-        });
-        let prog_params = self.program.program_grads(np);
-        let counts = StepCounts {
-            hidden: nh,
-            traces: nt,
-            fwd_extra: self.program.rule.forward_extra(),
-            grads: prog_params.len(),
-        };
-        let mut hidden = self.state.hidden_values().to_vec();
-        let mut traces = self.traces.clone();
-        // The algorithm's own traces are updated in place (see the error
-        // contract above).
-        self.owned.begin_grad(self.state.param_values())?;
-        let mut sums: Vec<Option<Tensor>> = vec![None; np];
-        let mut losses = Vec::with_capacity(t_len);
-        let dtype = self.state.dtype();
-        let mut done = 0;
-        let outcome = (|| -> Result<()> {
-            // Cast once (a no-op when the dtype matches), then take each
-            // step's row straight from the array.
-            let (xs, ys) = (xs.cast(dtype)?, ys.cast(dtype)?);
-            // Steps in a row the last call's program ran. Once it has run
-            // two, its outputs (the next hidden states and traces) have
-            // been accepted as its inputs, and the other arguments keep
-            // their avals (the parameters, rows of `xs` and `ys`, the
-            // scalar correction): later steps are not checked here again
-            // (`run` still checks every call).
-            let mut accepted = 0usize;
-            // The step's rows of `xs` and `ys` and its scalar, written in
-            // place from the second step on, once the program has let go
-            // of them (see `fill`); placeholders until the first step.
-            let [mut x_t, mut y_t, mut c_t] = [(); 3].map(|_| Tensor::scalar_of(0.0, dtype));
-            for t in 0..t_len {
-                let n = self.running_index + t;
-                let c = self.program.rule.scalar(n);
-                fill(&mut x_t, &xs, t)?;
-                fill(&mut y_t, &ys, t)?;
-                set_scalar(&mut c_t, c, dtype);
-                let mut args = Vec::with_capacity(np + nh + 3 + nt);
-                args.extend_from_slice(self.state.param_values());
-                args.extend_from_slice(&hidden);
-                args.extend([x_t.clone(), y_t.clone(), c_t.clone()]);
-                args.extend_from_slice(&traces);
-                let outs = match &reuse {
-                    Some(staged) if accepted >= 2 || staged.accepts(&args) => {
-                        accepted += 1;
-                        staged.run(args)?
-                    }
-                    _ => {
-                        accepted = 0;
-                        step_fn.call_owned(args)?
-                    }
-                };
-                let out = StepOut::read(&outs, &counts)?;
-                losses.push(out.loss.clone());
-                self.owned.step(out.fwd_extra, Some(out.grad_extra))?;
-                // Accumulated in place: the sum's buffer is the learner's
-                // alone from the second step on (copy-on-write before that).
-                for (&i, g) in prog_params.iter().zip(out.grads) {
-                    match &mut sums[i] {
-                        Some(a) => a.add_in_place(g)?,
-                        s => *s = Some(g.clone()),
-                    }
-                }
-                hidden = out.hidden.to_vec();
-                traces = out.traces.to_vec();
-                done = t + 1;
-            }
-            Ok(())
-        })();
-        if let Err(e) = outcome {
-            // Keep the completed steps (hidden states, traces and counter
-            // agree); drop this call's gradients.
-            self.owned.drop_grads()?;
-            self.state.replace_hidden(hidden);
-            self.traces = traces;
-            self.running_index += done;
-            return Err(e);
-        }
-        self.step_traces += step_fn.trace_count();
-        let traced = loss_avals.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let (Some(staged), Some(avals)) = (step_fn.staged(), traced) {
-            // Keep what this call staged for the next one.
-            self.step = trace_loss(&loss, &avals).ok().map(|g| StepCache {
-                loss: g,
-                loss_avals: avals,
-                staged,
-            });
-        }
-        for (p, g) in self.owned.take_grads(self.state.param_values())? {
-            match &mut sums[p] {
-                Some(a) => a.add_in_place(&g)?,
-                s => *s = Some(g),
-            }
-        }
-        let scale = match reduction {
-            Reduction::Mean => 1.0 / (t_len.max(1) as f64),
-            Reduction::Sum => 1.0,
-        };
-        let mut grads = TensorDict::new();
-        for ((info, value), s) in self
-            .state
-            .param_infos()
-            .iter()
-            .zip(self.state.param_values())
-            .zip(sums)
-        {
-            let g = match s {
-                Some(mut s) => {
-                    if scale != 1.0 {
-                        s.mul_scalar_in_place(scale)?;
-                    }
-                    s
-                }
-                None => value.zeros_like(),
-            };
-            grads.insert(info.key.clone(), g);
-        }
-        let losses = stack_scalars(&losses, dtype)?;
-        self.state.replace_hidden(hidden);
-        self.traces = traces;
-        self.running_index += t_len;
-        Ok(EtraceGrads { grads, losses })
-    }
-
-    fn check_sequences(&self, xs: &Tensor, ys: &Tensor) -> Result<usize> {
-        if xs.is_symbolic() || ys.is_symbolic() {
-            return Err(Error::invalid(
-                "etrace_grad",
-                "xs and ys must be concrete tensors (etrace_grad runs eagerly)",
-            ));
-        }
-        if xs.ndim() == 0 || ys.ndim() == 0 {
-            return Err(Error::shape(
-                "etrace_grad",
-                format!("xs {:?}, ys {:?}", xs.shape(), ys.shape()),
-                "xs and ys must be time-major sequences (T, ...)",
-            ));
-        }
-        if xs.shape()[0] != ys.shape()[0] {
-            return Err(Error::shape(
-                "etrace_grad",
-                format!("xs {:?}, ys {:?}", xs.shape(), ys.shape()),
-                "xs and ys must have the same number of steps (axis 0)",
-            ));
-        }
-        if xs.shape()[0] == 0 {
+        if ys.is_symbolic() || ys.ndim() == 0 {
             return Err(Error::shapes(
                 "etrace_grad",
-                [xs.shape(), ys.shape()],
-                "xs and ys must have at least one step (axis 0 is 0): there is no loss to differentiate",
+                [xs.shape().to_vec(), ys.shape().to_vec()],
+                "xs and ys must be concrete time-major sequences (T, ...)",
             ));
         }
-        if &xs.shape()[1..] != self.input_aval.shape() {
-            return Err(Error::shape(
-                "etrace_grad",
-                format!(
-                    "xs {:?} vs compiled input {:?}",
-                    xs.shape(),
-                    self.input_aval.shape()
-                ),
-                "xs must be (T, *example_input.shape)",
-            ));
-        }
-        if xs.dtype() != self.state.dtype() && !xs.dtype().is_float() {
-            return Err(Error::dtype(
-                "etrace_grad",
-                format!("xs must be floating point, got {:?}", xs.dtype()),
-            ));
-        }
-        Ok(xs.shape()[0])
+        let opts = EtraceOpts::new().reduction(reduction);
+        let out =
+            self.etrace_grad_with(xs, std::slice::from_ref(ys), |o, y| loss(o, &y[0]), &opts)?;
+        Ok(EtraceGrads {
+            grads: out.grads,
+            losses: out.losses,
+        })
     }
 }

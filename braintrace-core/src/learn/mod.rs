@@ -33,6 +33,7 @@ mod learner;
 mod nonfinite;
 mod pp_fast;
 mod program;
+mod report;
 mod rows;
 mod shared;
 mod state;
@@ -56,9 +57,10 @@ pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use control_flow::{canonicalize_control_flow, CondPolicy, ControlFlowPolicy};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
-pub use learner::{compile, EtraceGrads, Learner};
+pub use learner::{compile, EtraceGrads, EtraceOpts, EtraceOut, EvolveOpts, Learner, StepLoss};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
+pub use report::{CompilationReport, ReportCounts};
 pub use state::{
     float_dtype, float_input, join_path, step_values, HiddenInfo, Init, Model, ModelState,
     ParamInfo, StepCtx, TensorDict,

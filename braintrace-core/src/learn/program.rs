@@ -6,15 +6,15 @@
 //!   [`Forward`]: evaluates the step, the hidden Jacobians `D` and the `Df`
 //!   of every relation (the shared [`StepEval`]) and lets the algorithm's
 //!   [`TraceRule`] update its traces;
-//! * [`gradient`](Program::gradient)`(params, hidden, x, y, traces, c)` →
+//! * [`gradient`](Program::gradient)`(params, hidden, x, traces, c, seed, loss)` →
 //!   [`Gradient`]: the learning signal (by perturbation, or by reverse mode
 //!   through the step for the multi-step method), the in-step gradients
 //!   and the algorithm's solve.
 //!
 //! Both read the step graph of an [`EtraceGraph`] through the hooked
 //! evaluator ([`super::hooked`]). A staged program returns one flat list;
-//! [`Forward`] and [`StepOut`] write and read it, so no caller counts
-//! positions.
+//! [`Forward`] writes and reads the forward's; the sequence driver
+//! (`learn/learner/driver.rs`) reads a whole step's by name.
 
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, NonTemporal, Pair, SolveIn, StepEval, TraceRule, VjpMethod,
@@ -71,72 +71,12 @@ impl Forward {
 
 /// The gradient program's results.
 pub(crate) struct Gradient {
-    /// The step's loss (a scalar).
+    /// The step's loss (unweighted, the loss function's shape).
     pub loss: Tensor,
     /// The gradients of [`Program::program_grads`]'s parameters, in order.
     pub grads: Vec<Tensor>,
     /// The algorithm's values for its learner-side state ([`super::algorithm::Solved::extra`]).
     pub extra: Vec<Tensor>,
-}
-
-/// How many tensors each part of a step's flat results holds.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct StepCounts {
-    pub hidden: usize,
-    pub traces: usize,
-    pub fwd_extra: usize,
-    pub grads: usize,
-}
-
-/// One `etrace_grad` step's results, read by name from the staged
-/// program's flat list (see [`StepOut::flat`]).
-pub(crate) struct StepOut<'a> {
-    pub hidden: &'a [Tensor],
-    pub traces: &'a [Tensor],
-    pub fwd_extra: &'a [Tensor],
-    pub loss: &'a Tensor,
-    pub grads: &'a [Tensor],
-    pub grad_extra: &'a [Tensor],
-}
-
-impl<'a> StepOut<'a> {
-    /// The flat list of a step: hidden, traces, forward extra, loss,
-    /// grads, gradient extra.
-    pub(crate) fn flat(f: Forward, g: Gradient) -> Vec<Tensor> {
-        let mut v = f.hidden;
-        v.extend(f.traces);
-        v.extend(f.extra);
-        v.push(g.loss);
-        v.extend(g.grads);
-        v.extend(g.extra);
-        v
-    }
-    /// Read [`flat`](Self::flat)'s list.
-    pub(crate) fn read(v: &'a [Tensor], n: &StepCounts) -> Result<Self> {
-        let fixed = n.hidden + n.traces + n.fwd_extra + 1 + n.grads;
-        if v.len() < fixed {
-            return Err(Error::invalid(
-                "etrace_grad",
-                format!(
-                    "the step program returned {} results, expected at least {fixed}",
-                    v.len()
-                ),
-            ));
-        }
-        let (hidden, v) = v.split_at(n.hidden);
-        let (traces, v) = v.split_at(n.traces);
-        let (fwd_extra, v) = v.split_at(n.fwd_extra);
-        let (loss, v) = v.split_first().expect("length checked");
-        let (grads, grad_extra) = v.split_at(n.grads);
-        Ok(StepOut {
-            hidden,
-            traces,
-            fwd_extra,
-            loss,
-            grads,
-            grad_extra,
-        })
-    }
 }
 
 /// A compiled learner's per-step programs.
@@ -332,20 +272,23 @@ impl Program {
     /// this step for the single-step method and before it for the
     /// multi-step method; `c` is the step's scalar
     /// ([`TraceRule::scalar`]).
+    ///
+    /// The loss is of the step's output (its targets captured by `loss`)
+    /// and of any shape; the reverse pass is seeded with `seed` (the
+    /// loss's shape): the gradient of `Σ seed · loss`, linear in `seed`,
+    /// so that a per-step weight or a per-sample mask costs nothing. The
+    /// returned loss is the unweighted one.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn gradient<L>(
+    pub(crate) fn gradient(
         &self,
         params: &[Tensor],
         hidden: &[Tensor],
         x: &Tensor,
-        y: &Tensor,
         traces: &[Tensor],
         c: &Tensor,
-        loss: &L,
-    ) -> Result<Gradient>
-    where
-        L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
-    {
+        seed: &Tensor,
+        loss: &dyn Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Gradient> {
         let eg = &*self.eg;
         let g = self.graph();
         let (np, nh) = (params.len(), hidden.len());
@@ -366,12 +309,19 @@ impl Program {
             };
             let ins = Self::step_inputs(&a[..np], &a[np..np + nh], x);
             let (o, _) = eval_hooked(g, &ins, &h)?;
-            let l = loss(&o[0], y)?;
-            if !l.shape().is_empty() {
-                return Err(Error::shape(
+            let l = loss(&o[0])?;
+            if l.shape() != seed.shape() {
+                return Err(Error::shapes(
                     "etrace_grad",
-                    format!("loss {:?}", l.shape()),
-                    "the loss function must return a scalar",
+                    [l.shape().to_vec(), seed.shape().to_vec()],
+                    if seed.shape().is_empty() {
+                        "the loss function must return a scalar".to_string()
+                    } else {
+                        format!(
+                            "the mask's row {:?} must have the shape of the loss",
+                            seed.shape()
+                        )
+                    },
                 ));
             }
             Ok(vec![l])
@@ -381,7 +331,7 @@ impl Program {
         primals.extend(hidden.iter().map(Tensor::zeros_like));
         let (vals, pull) = vjp(f, &primals)?;
         let l = vals[0].clone();
-        let cts = pull.apply(&[l.ones_like()])?;
+        let cts = pull.apply(&[seed.cast(l.dtype())?])?;
         let d_params = &cts[..np];
         let d_hidden_in = &cts[np..np + nh];
         let d_perturb = &cts[np + nh..];

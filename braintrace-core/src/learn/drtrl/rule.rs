@@ -352,6 +352,28 @@ impl TraceRule for DrtrlRule {
         Ok(v)
     }
 
+    fn public_params(&self) -> Vec<Vec<usize>> {
+        // Program-carried traces (pairs without a fused kernel) first,
+        // then the fused ones; each pair's in key order.
+        let of = |pi: usize| {
+            let r = &self.eg.relations()[self.pairs[pi].rel];
+            self.keys[pi]
+                .iter()
+                .map(|(k, _)| {
+                    r.trainables
+                        .iter()
+                        .filter(|t| &t.name == k)
+                        .map(|t| t.param)
+                        .collect()
+                })
+                .collect::<Vec<Vec<usize>>>()
+        };
+        let n = self.pairs.len();
+        let mut v: Vec<Vec<usize>> = (0..n).filter(|&pi| !self.fast[pi]).flat_map(of).collect();
+        v.extend((0..n).filter(|&pi| self.fast[pi]).flat_map(of));
+        v
+    }
+
     fn explain(&self) -> Vec<String> {
         vec![format!(
             "fused trace kernels: {} of {} relation-group pairs",

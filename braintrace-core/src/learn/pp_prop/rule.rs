@@ -277,6 +277,25 @@ impl TraceRule for PpRule {
         Ok(v)
     }
 
+    fn public_params(&self) -> Vec<Vec<usize>> {
+        // The input traces (shared by every relation reading that input),
+        // then one output trace per pair.
+        let rels = self.eg.relations();
+        let params = |r: &crate::learn::Relation| r.trainables.iter().map(|t| t.param).collect::<Vec<_>>();
+        let mut v: Vec<Vec<usize>> = self
+            .x_vars
+            .iter()
+            .map(|&xv| {
+                rels.iter()
+                    .filter(|r| r.x_var == Some(xv))
+                    .flat_map(params)
+                    .collect()
+            })
+            .collect();
+        v.extend(self.pairs.iter().map(|p| params(&rels[p.rel])));
+        v
+    }
+
     fn explain(&self) -> Vec<String> {
         vec![format!(
             "fused dense gradients (pp_prop): {} of {} relation-group pairs",
