@@ -13,6 +13,9 @@ use crate::tensor::{Aval, Tensor};
 use crate::transform::{Jit, Staged};
 use std::sync::{Arc, Mutex};
 
+mod resume;
+pub use resume::LearnerSnapshot;
+
 /// Gradients keyed by parameter key and the per-step losses.
 #[derive(Clone, Debug)]
 pub struct EtraceGrads {

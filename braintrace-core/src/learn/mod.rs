@@ -53,7 +53,7 @@ pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
-pub use learner::{compile, EtraceGrads, Learner};
+pub use learner::{compile, EtraceGrads, Learner, LearnerSnapshot};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
 pub use state::{
