@@ -10,10 +10,13 @@ time steps of the shard's streams plus the optimiser step. "in process" is
 one learner on the whole batch, no Ray: the reference the workers are
 compared to.
 
-The estimate: an update costs the compute of the largest shard, plus the
-driver's per-worker overhead (measured here: the 1-worker Ray time minus
-the in-process time), plus the gradients' traffic through the driver's
-link, ``2 × N × P × itemsize`` bytes at ``--link-gbps`` (default 10 Gb/s).
+The estimate (weak scaling: each worker keeps ``--batch`` streams): an
+update costs one learner's compute on ``--batch`` streams (measured in
+process), plus one round trip (a no-op actor call that sends the
+gradients and gets them back), plus the driver's own CPU per such call
+times N (the calls' waiting overlaps, the driver's work does not), plus the
+gradients' traffic through the driver's link, ``2 × N × P × itemsize``
+bytes at ``--link-gbps`` (default 10 Gb/s).
 """
 
 import argparse
@@ -26,6 +29,11 @@ import ray
 import braintrace_rs as bt
 from braintrace_rs import nn
 from braintrace_rs.distributed import DataParallel
+
+
+class _Echo:
+    def echo(self, x):
+        return x
 
 
 def main() -> None:
@@ -65,6 +73,19 @@ def main() -> None:
     rows = {"in process": {"updates_per_s": 1 / t_proc, "s_per_update": t_proc}}
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # What the driver pays per worker and update without any compute: the
+    # gradients to an actor and back, through the object store.
+    echo = ray.remote(num_cpus=1)(_Echo).remote()
+    for _ in range(5):
+        ray.get(echo.echo.remote(ray.put(params)))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(50):
+        ray.get(echo.echo.remote(ray.put(params)))
+    latency = (time.perf_counter() - t0) / 50
+    # The driver's own CPU per call: what N workers add one after another
+    # (the waiting overlaps; the driver's work does not).
+    overhead = (time.process_time() - c0) / 50
+    ray.kill(echo)
     for n in (1, 2):
         dp = DataParallel(make_learner, lambda: bt.Adam(1e-3), batch_size=a.batch, num_workers=n)
         for _ in range(2):
@@ -87,17 +108,19 @@ def main() -> None:
         print(f"{k:14} {r['updates_per_s']:10.1f} {1e3 * r['s_per_update']:10.2f} {b if b else '':>13}")
 
     # Paper estimate.
-    t_ray1 = rows["1 worker(s)"]["s_per_update"]
-    overhead = max(t_ray1 - t_proc, 0.0)
     link = a.link_gbps * 1e9 / 8
-    print(f"\nper-worker driver overhead (1-worker Ray - in process): {1e3 * overhead:.2f} ms")
+    print(
+        f"\na no-op round trip with the gradients: {1e3 * latency:.2f} ms, "
+        f"of which the driver's CPU {1e3 * overhead:.2f} ms (per worker)"
+    )
     print(f"estimate at {a.link_gbps:g} Gb/s through the driver, the whole batch of {a.batch} streams kept per worker:")
     for n in (16, 256):
         compute = t_proc  # each worker keeps a whole batch: weak scaling
         traffic = 2 * n * p_count * itemsize / link
-        est = compute + n * overhead + traffic
+        est = compute + latency + n * overhead + traffic
         print(
-            f"  N={n:4}: compute {1e3 * compute:.2f} ms + driver {1e3 * n * overhead:.2f} ms"
+            f"  N={n:4}: compute {1e3 * compute:.2f} ms + round trip {1e3 * latency:.2f} ms"
+            f" + driver {1e3 * n * overhead:.2f} ms"
             f" + traffic {1e3 * traffic:.2f} ms = {1e3 * est:.2f} ms/update"
             f" ({n * a.batch / est:.0f} stream-updates/s vs {a.batch / t_proc:.0f} on one learner)"
         )

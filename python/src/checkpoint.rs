@@ -131,7 +131,9 @@ pub fn restore_checkpoint_bytes(
     optimizer: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<BTreeMap<String, u64>> {
     let data = data.to_vec();
-    restore(py, learner, optimizer, move || Checkpoint::from_bytes(&data))
+    restore(py, learner, optimizer, move || {
+        Checkpoint::from_bytes(&data)
+    })
 }
 
 /// A checkpoint file's contents: a dict with `params`, `hidden`, `optim`

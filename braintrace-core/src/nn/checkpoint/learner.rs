@@ -43,7 +43,7 @@ impl Checkpoint {
     /// let mut again = compile(GruCell::new("rnn", 3, 4), state, DRtrl::default(), &x, Some(2))?;
     /// Checkpoint::from_bytes(&bytes)?.restore_learner(&mut again, &mut Sgd::new(0.1)?)?;
     /// assert_eq!(again.running_index(), 1);
-    /// assert_eq!(again.update(&x)?.to_vec_f64(), learner.update(&x)?.to_vec_f64());
+    /// assert_eq!(again.update(&x)?.to_vec_f64()?, learner.update(&x)?.to_vec_f64()?);
     /// # Ok::<(), braintrace_core::Error>(())
     /// ```
     pub fn capture_learner<M: Model>(learner: &Learner<M>, opt: &dyn Optimizer) -> Self {
