@@ -13,6 +13,7 @@ mod learner;
 mod model;
 mod optim;
 mod tensor;
+mod zoo;
 
 use pyo3::prelude::*;
 
