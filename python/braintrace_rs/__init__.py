@@ -7,6 +7,13 @@ Arrays go in as numpy float32/float64 arrays (copied once into the
 library) and come out as new numpy arrays. Errors are Python exceptions:
 ``ValueError`` for shapes and values, ``TypeError`` for dtypes,
 ``MemoryError`` for allocation, each with the library's message.
+
+A learner's checkpoint (``save_checkpoint`` / ``restore_checkpoint``, or
+``checkpoint_bytes`` / ``restore_checkpoint_bytes`` in memory) holds its
+parameters, hidden states, eligibility traces, step counter and the
+optimiser's state: a run resumed from it ends with the bits of an
+uninterrupted one. ``braintrace_rs.distributed`` (needs ``ray``) runs
+data-parallel online learning over Ray actors.
 """
 
 from . import nn, ops
@@ -20,10 +27,15 @@ from ._native import (
     Learner,
     StepCtx,
     Tensor,
+    checkpoint_bytes,
     clip_grad_norm,
     compile,
+    load_checkpoint,
     load_safetensors,
     pp_prop,
+    restore_checkpoint,
+    restore_checkpoint_bytes,
+    save_checkpoint,
     save_safetensors,
     tensor,
 )
@@ -42,12 +54,17 @@ __all__ = [
     "Learner",
     "StepCtx",
     "Tensor",
+    "checkpoint_bytes",
     "clip_grad_norm",
     "compile",
+    "load_checkpoint",
     "load_safetensors",
     "nn",
     "ops",
     "pp_prop",
+    "restore_checkpoint",
+    "restore_checkpoint_bytes",
+    "save_checkpoint",
     "save_safetensors",
     "tensor",
 ]

@@ -120,6 +120,116 @@ class ElementWiseParam(Module):
         return self._native.step(ctx, _NOTHING)
 
 
+class _RnnCell(Module):
+    """A recurrent cell of the zoo (``braintrace-core``'s ``nn::rnn``)."""
+
+    def __init__(self, in_size: int, out_size: int, name: str = "rnn") -> None:
+        self.name, self.in_size, self.out_size = name, in_size, out_size
+        self._native = Layer.rnn_cell(type(self).__name__, in_size, out_size, name)
+
+
+class VanillaRNNCell(_RnnCell):
+    """braintrace's ``VanillaRNNCell``: ``h' = tanh([x, h] W + b)``, hidden ``name/h``."""
+
+
+class MGUCell(_RnnCell):
+    """braintrace's ``MGUCell`` (minimal gated unit), hidden ``name/h``."""
+
+
+class LSTMCell(_RnnCell):
+    """braintrace's ``LSTMCell``: hidden ``name/h`` and ``name/c``."""
+
+
+class URLSTMCell(_RnnCell):
+    """braintrace's ``URLSTMCell`` (LSTM with uniform gate refinement)."""
+
+
+class MinimalRNNCell(_RnnCell):
+    """braintrace's ``MinimalRNNCell``."""
+
+
+class MiniGRU(_RnnCell):
+    """braintrace's ``MiniGRU`` (gates from the input alone)."""
+
+
+class MiniLSTM(_RnnCell):
+    """braintrace's ``MiniLSTM`` (gates from the input alone)."""
+
+
+class CFNCell(_RnnCell):
+    """braintrace's ``CFNCell`` (chaos-free network)."""
+
+
+class LRUCell(_RnnCell):
+    """braintrace's ``LRUCell`` (linear recurrent unit): ``in_size`` is
+    ``d_model`` (the output has the input's width), ``out_size`` the complex
+    hidden width."""
+
+
+class IF(Module):
+    """brainpy.state's integrate-and-fire neuron: hidden ``name/V``,
+    threshold 1, soft reset; returns spikes (surrogate gradient)."""
+
+    def __init__(self, size: int, tau: float = 5.0, dt: float = 1.0, name: str = "if") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("IF", size, name, tau, dt=dt)
+
+
+class LIFNeuron(Module):
+    """brainpy.state's ``LIF`` neuron (``braintrace_rs.nn.LIF`` is the
+    recurrent LIF cell): hidden ``name/V``, returns spikes."""
+
+    def __init__(self, size: int, tau: float = 5.0, dt: float = 1.0, name: str = "lif") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("LIFNeuron", size, name, tau, dt=dt)
+
+
+class ALIF(Module):
+    """brainpy.state's adaptive LIF: hidden ``name/V`` and ``name/a``
+    (adaptation time constant ``tau_a``)."""
+
+    def __init__(self, size: int, tau: float = 5.0, tau_a: float = 100.0, dt: float = 1.0, name: str = "alif") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("ALIF", size, name, tau, tau2=tau_a, dt=dt)
+
+
+class Alpha(Module):
+    """brainpy.state's ``Alpha`` synapse (no parameters)."""
+
+    def __init__(self, size: int, tau: float = 8.0, dt: float = 1.0, name: str = "syn") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("Alpha", size, name, tau, dt=dt)
+
+
+class DualExpon(Module):
+    """brainpy.state's ``DualExpon`` synapse: hidden ``name/g_rise`` and
+    ``name/g_decay``."""
+
+    def __init__(
+        self, size: int, tau_decay: float = 10.0, tau_rise: float = 1.0, dt: float = 1.0, name: str = "syn"
+    ) -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("DualExpon", size, name, tau_decay, tau2=tau_rise, dt=dt)
+
+
+class STD(Module):
+    """brainpy.state's short-term depression: hidden ``name/x`` (starts at 1)."""
+
+    def __init__(self, size: int, tau: float = 200.0, U: float = 0.07, dt: float = 1.0, name: str = "std") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("STD", size, name, tau, u=U, dt=dt)
+
+
+class STP(Module):
+    """brainpy.state's short-term plasticity: hidden ``name/u`` and ``name/x``."""
+
+    def __init__(
+        self, size: int, U: float = 0.15, tau_f: float = 1500.0, tau_d: float = 200.0, dt: float = 1.0, name: str = "stp"
+    ) -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("STP", size, name, tau_f, tau2=tau_d, u=U, dt=dt)
+
+
 class Sequential(Module):
     """Layers (or Python models) applied one after another."""
 
@@ -150,4 +260,22 @@ __all__ = [
     "Expon",
     "ElementWiseParam",
     "Sequential",
+    # The recurrent-cell zoo.
+    "VanillaRNNCell",
+    "MGUCell",
+    "LSTMCell",
+    "URLSTMCell",
+    "MinimalRNNCell",
+    "MiniGRU",
+    "MiniLSTM",
+    "CFNCell",
+    "LRUCell",
+    # Spiking neurons, synapses, short-term plasticity.
+    "IF",
+    "LIFNeuron",
+    "ALIF",
+    "Alpha",
+    "DualExpon",
+    "STD",
+    "STP",
 ]

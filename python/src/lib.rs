@@ -3,14 +3,17 @@
 //! `nn` classes with braintrace's names). The library knows nothing of
 //! Python: this crate converts arrays (`array`), maps errors in one place
 //! (`error`), wraps tensors and ops (`tensor`), models (`model`), learners
-//! (`learner`) and optimisers (`optim`).
+//! (`learner`), optimisers (`optim`) and a learner's checkpoints
+//! (`checkpoint`).
 
 mod array;
+mod checkpoint;
 mod error;
 mod learner;
 mod model;
 mod optim;
 mod tensor;
+mod zoo;
 
 use pyo3::prelude::*;
 
@@ -37,5 +40,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(optim::clip_grad_norm, m)?)?;
     m.add_function(wrap_pyfunction!(optim::save_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(optim::load_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::save_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::restore_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::checkpoint_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::restore_checkpoint_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::load_checkpoint, m)?)?;
     Ok(())
 }

@@ -280,7 +280,7 @@ pub struct Layer {
     kind: &'static str,
 }
 
-fn layer(m: impl Model + Send + Sync + 'static, kind: &'static str) -> Layer {
+pub(crate) fn layer(m: impl Model + Send + Sync + 'static, kind: &'static str) -> Layer {
     Layer {
         model: AnyModel::Layer(Arc::new(m)),
         kind,
@@ -369,6 +369,28 @@ impl Layer {
             ElementWiseParam::new(name, &shape, elem_fn(weight_fn)?),
             "ElementWiseParam",
         ))
+    }
+    /// A recurrent cell of the zoo by braintrace's class name (`kind`:
+    /// `VanillaRNNCell`, `MGUCell`, `LSTMCell`, `URLSTMCell`,
+    /// `MinimalRNNCell`, `MiniGRU`, `MiniLSTM`, `CFNCell`, `LRUCell`).
+    #[staticmethod]
+    fn rnn_cell(kind: &str, in_size: usize, out_size: usize, name: &str) -> PyResult<Layer> {
+        crate::zoo::rnn_cell(kind, in_size, out_size, name)
+    }
+    /// A spiking neuron, synapse or short-term plasticity layer by kind
+    /// (`IF`, `LIFNeuron`, `ALIF`, `Alpha`, `DualExpon`, `STD`, `STP`).
+    #[staticmethod]
+    #[pyo3(signature = (kind, size, name, tau, tau2=0.0, u=0.0, dt=1.0))]
+    fn spiking(
+        kind: &str,
+        size: usize,
+        name: &str,
+        tau: f64,
+        tau2: f64,
+        u: f64,
+        dt: f64,
+    ) -> PyResult<Layer> {
+        crate::zoo::spiking(kind, size, name, tau, tau2, u, dt)
     }
     /// `models` applied one after another (each a layer or Python model).
     #[staticmethod]

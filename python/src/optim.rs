@@ -29,7 +29,7 @@ fn step_with(
 /// Stochastic gradient descent with optional momentum and weight decay.
 #[pyclass(name = "SGD", module = "braintrace_rs", frozen)]
 pub struct PySgd {
-    inner: Mutex<Sgd>,
+    pub(crate) inner: Mutex<Sgd>,
 }
 
 #[pymethods]
@@ -60,7 +60,7 @@ impl PySgd {
 /// Adam (betas 0.9, 0.999 and eps 1e-8 by default).
 #[pyclass(name = "Adam", module = "braintrace_rs", frozen)]
 pub struct PyAdam {
-    inner: Mutex<AdamRs>,
+    pub(crate) inner: Mutex<AdamRs>,
 }
 
 #[pymethods]

@@ -366,4 +366,25 @@ pub(crate) trait TraceState: Send + Sync {
     fn tensors(&self) -> Vec<Tensor> {
         Vec::new()
     }
+    /// Copies of the state that carries over from one call to the next,
+    /// in the algorithm's own layout (what [`load_raw`](Self::load_raw)
+    /// takes back): a checkpoint of a learner saves these.
+    fn raw(&self) -> Vec<Tensor> {
+        Vec::new()
+    }
+    /// Put back what [`raw`](Self::raw) gave. Checks every tensor's
+    /// count, shape and dtype first; nothing changes on error.
+    fn load_raw(&mut self, raw: &[Tensor]) -> Result<()> {
+        if raw.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::error::Error::invalid(
+                "Learner::resume",
+                format!(
+                    "the saved algorithm state has {} tensor(s); this learner's algorithm keeps none",
+                    raw.len()
+                ),
+            ))
+        }
+    }
 }

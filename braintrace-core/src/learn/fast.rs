@@ -396,6 +396,37 @@ impl FastTrace {
             None => rows,
         }
     }
+    /// The trace buffer as it is kept (a copy), for a checkpoint.
+    pub(crate) fn raw(&self) -> Tensor {
+        Tensor::from_data(self.data.clone())
+    }
+    /// Whether `r` fits [`raw`](Self::raw)'s shape and dtype (`i`: the
+    /// trace's position, for the message).
+    pub(crate) fn check_raw(&self, i: usize, r: &Tensor) -> Result<()> {
+        if r.dtype() != self.data.dtype() {
+            return Err(Error::dtype(
+                "Learner::resume",
+                format!(
+                    "saved fused trace {i} is {:?}; the learner's is {:?}",
+                    r.dtype(),
+                    self.data.dtype()
+                ),
+            ));
+        }
+        if r.shape() != self.data.shape() {
+            return Err(Error::shapes(
+                "Learner::resume",
+                [r.shape().to_vec(), self.data.shape().to_vec()],
+                format!("saved fused trace {i} (first) does not have the learner's shape (second)"),
+            ));
+        }
+        Ok(())
+    }
+    /// Replace the trace buffer by `r` (checked by [`check_raw`](Self::check_raw)).
+    pub(crate) fn set_raw(&mut self, r: &Tensor) -> Result<()> {
+        self.data = r.data_for("Learner::resume")?.clone();
+        Ok(())
+    }
     /// Zero the gradient accumulator, dropping its contents.
     pub(crate) fn drop_grad(&mut self) -> Result<()> {
         self.grad = zeros(self.grad.dtype(), self.grad.shape())?;

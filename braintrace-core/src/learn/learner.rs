@@ -17,6 +17,9 @@ mod inspect;
 mod opts;
 pub use opts::{EtraceOpts, EtraceOut, EvolveOpts, StepLoss};
 
+mod resume;
+pub use resume::LearnerSnapshot;
+
 /// Gradients keyed by parameter key and the per-step losses.
 #[derive(Clone, Debug)]
 pub struct EtraceGrads {

@@ -57,7 +57,9 @@ pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use control_flow::{canonicalize_control_flow, CondPolicy, ControlFlowPolicy};
 pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
-pub use learner::{compile, EtraceGrads, EtraceOpts, EtraceOut, EvolveOpts, Learner, StepLoss};
+pub use learner::{
+    compile, EtraceGrads, EtraceOpts, EtraceOut, EvolveOpts, Learner, LearnerSnapshot, StepLoss,
+};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
 pub use report::{CompilationReport, ReportCounts};

@@ -12,8 +12,8 @@
 //! Layout: tensors `param/<key>`, `hidden/<path>`, `optim/<slot>/<key>`
 //! (`optim/m/rnn/Wz/weight/weight`) and `extra/<name>`; metadata
 //! `format = braintrace-checkpoint`, `version = 1`, `optimizer = <kind>`,
-//! and one entry per counter, `counter/<name>` and `optim_counter/<name>`,
-//! its value in decimal. Tensors keep their dtype, so a restored run
+//! one entry per counter, `counter/<name>` and `optim_counter/<name>`,
+//! its value in decimal, and one per label, `label/<name>`. Tensors keep their dtype, so a restored run
 //! continues with the bits of an uninterrupted one.
 //!
 //! ```
@@ -45,6 +45,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 
+mod learner;
+
 /// The `format` entry of a checkpoint's metadata.
 pub const FORMAT: &str = "braintrace-checkpoint";
 /// The `version` entry this library writes and reads.
@@ -67,6 +69,8 @@ pub struct Checkpoint {
     pub extra: TensorDict,
     /// Named counters of the caller (steps, epochs).
     pub counters: BTreeMap<String, u64>,
+    /// Named text of the caller (a learner's algorithm and batch size).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Checkpoint {
@@ -89,6 +93,12 @@ impl Checkpoint {
     /// With a named counter of the caller's.
     pub fn with_counter(mut self, name: &str, value: u64) -> Self {
         self.counters.insert(name.to_string(), value);
+        self
+    }
+
+    /// With a named text of the caller's.
+    pub fn with_label(mut self, name: &str, value: &str) -> Self {
+        self.labels.insert(name.to_string(), value.to_string());
         self
     }
 
@@ -117,6 +127,9 @@ impl Checkpoint {
         }
         for (k, v) in &self.optim.counters {
             meta.insert(format!("optim_counter/{k}"), v.to_string());
+        }
+        for (k, v) in &self.labels {
+            meta.insert(format!("label/{k}"), v.clone());
         }
         to_bytes_with(OP, &tensors, Some(meta))
     }
@@ -164,6 +177,10 @@ impl Checkpoint {
             dict.insert(key.to_string(), t);
         }
         for (k, v) in &meta {
+            if let Some(n) = k.strip_prefix("label/") {
+                c.labels.insert(n.to_string(), v.clone());
+                continue;
+            }
             let (counters, name) = if let Some(n) = k.strip_prefix("counter/") {
                 (&mut c.counters, n)
             } else if let Some(n) = k.strip_prefix("optim_counter/") {

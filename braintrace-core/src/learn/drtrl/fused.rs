@@ -184,4 +184,33 @@ impl TraceState for DrtrlState {
             .flat_map(|f| f.leaves.iter().map(|(_, t)| t.tensor()))
             .collect()
     }
+
+    fn raw(&self) -> Vec<Tensor> {
+        self.fast
+            .iter()
+            .flat_map(|f| f.leaves.iter().map(|(_, t)| t.raw()))
+            .collect()
+    }
+
+    fn load_raw(&mut self, raw: &[Tensor]) -> Result<()> {
+        let n: usize = self.fast.iter().map(|f| f.leaves.len()).sum();
+        if raw.len() != n {
+            return Err(Error::invalid(
+                "Learner::resume",
+                format!(
+                    "the saved D-RTRL state has {} fused trace(s); this learner has {n}",
+                    raw.len()
+                ),
+            ));
+        }
+        let leaves = self.fast.iter().flat_map(|f| f.leaves.iter());
+        for (i, ((_, t), r)) in leaves.zip(raw).enumerate() {
+            t.check_raw(i, r)?;
+        }
+        let leaves = self.fast.iter_mut().flat_map(|f| f.leaves.iter_mut());
+        for ((_, t), r) in leaves.zip(raw) {
+            t.set_raw(r)?;
+        }
+        Ok(())
+    }
 }
