@@ -54,34 +54,27 @@ pub(super) fn coupled_jacobians(eg: &EtraceGraph, inputs: &[Tensor]) -> Result<V
             })
             .collect::<Result<_>>()?;
         let s = states.len();
-        // d[a][b], each (V..).
-        let mut d: Vec<Vec<Option<Tensor>>> = vec![vec![None; s]; s];
+        // cols[b][a] = D[.., a, b], each (V..): one column set per state b,
+        // summed over the colours.
+        let mut cols: Vec<Vec<Tensor>> = Vec::with_capacity(s);
         for b in 0..s {
+            let mut col: Vec<Tensor> = primals.iter().map(Tensor::zeros_like).collect();
             for m in &masks {
                 let tans: Vec<Tensor> = primals
                     .iter()
                     .enumerate()
                     .map(|(k, p)| if k == b { m.clone() } else { p.zeros_like() })
                     .collect();
-                let (_, cols) = jvp(f, &primals, &tans)?;
-                for (a, col) in cols.iter().enumerate() {
-                    let part = col.mul(m)?;
-                    d[a][b] = Some(match d[a][b].take() {
-                        Some(acc) => acc.add(&part)?,
-                        None => part,
-                    });
+                let (_, out) = jvp(f, &primals, &tans)?;
+                for (acc, o) in col.iter_mut().zip(&out) {
+                    *acc = acc.add(&o.mul(m)?)?;
                 }
             }
+            cols.push(col);
         }
-        let rows: Vec<Tensor> = d
-            .into_iter()
-            .map(|row| {
-                let cols: Vec<Tensor> = row
-                    .into_iter()
-                    .map(|c| c.unwrap_or_else(|| primals[0].zeros_like()))
-                    .collect();
-                stack_last(&cols)
-            })
+        // Rows D[.., a, :], stacked over b, then over a.
+        let rows: Vec<Tensor> = (0..s)
+            .map(|a| stack_last(&cols.iter().map(|c| c[a].clone()).collect::<Vec<_>>()))
             .collect::<Result<_>>()?;
         let nd = rows[0].ndim() - 1;
         out.push(crate::ops::stack(&rows, nd)?);
