@@ -16,7 +16,7 @@ use braintrace::learn::{
     OstlRecurrent, PpProp, Reduction, TensorDict, ThreeFactor, VjpMethod,
 };
 use braintrace::{DType, Error, Tensor};
-use learn_support::e2e::{array, check_e2e_with, Algorithms};
+use learn_support::e2e::{array, check_files, Algorithms};
 use learn_support::models::{GruNet, LifNet};
 use learn_support::{draw, mse};
 use serde_json::{Map, Value};
@@ -118,28 +118,12 @@ fn golden_algos_a_cases() {
         case_keys: &["feedback_matrices"],
     };
     let mut per: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut failures = Vec::new();
     for name in &names {
         let mut parts = name.split("__");
         let (algo, model) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         *per.entry((algo.into(), model.into())).or_default() += 1;
-        let fails = match std::fs::read_to_string(dir.join(name))
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-        {
-            Ok(v) => check_e2e_with(name, &v, &algos),
-            Err(e) => vec![format!("{name}: cannot read: {e}")],
-        };
-        println!(
-            "{name}: {}",
-            if fails.is_empty() {
-                "ok".into()
-            } else {
-                format!("{} failure(s)", fails.len())
-            }
-        );
-        failures.extend(fails);
     }
+    let failures = check_files(&dir, &names, &algos);
     // Every algorithm on the GRU, the LIF net and two zoo cells.
     for p in PREFIXES {
         for m in ["gru", "lif", "zoo_mgu", "zoo_lstm"] {

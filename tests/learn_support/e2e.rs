@@ -146,6 +146,29 @@ pub fn check_e2e(file: &str, v: &Value) -> Vec<String> {
     check_e2e_with(file, v, &Algorithms::default())
 }
 
+/// Check the case files `names` of `dir` with `algos`, printing one line
+/// per file; returns every failure.
+pub fn check_files(dir: &std::path::Path, names: &[String], algos: &Algorithms<'_>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for name in names {
+        let fails = match std::fs::read_to_string(dir.join(name))
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => check_e2e_with(name, &v, algos),
+            Err(e) => vec![format!("{name}: cannot read: {e}")],
+        };
+        let status = if fails.is_empty() {
+            "ok".into()
+        } else {
+            format!("{} failure(s)", fails.len())
+        };
+        println!("{name}: {status}");
+        failures.extend(fails);
+    }
+    failures
+}
+
 /// The algorithm of a case (its braintrace class name, its options, its
 /// VJP method and the whole case), or `None` when the resolver does not
 /// know the class.

@@ -22,6 +22,7 @@
 
 mod algorithm;
 mod axes;
+mod boilerplate;
 mod bptt;
 mod by_name;
 mod compiler;

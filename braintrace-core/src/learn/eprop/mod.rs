@@ -13,6 +13,7 @@ mod rule;
 use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
+use super::boilerplate::{algorithm_methods, option_builders};
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -121,42 +122,15 @@ impl EProp {
         self.feedback = f;
         self
     }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// With or without D-RTRL's fused trace kernels.
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
+    option_builders! {
+        vjp_method: VjpMethod, "With this VJP method.";
+        non_temporal: NonTemporal, "With this treatment of non-temporal parameters.";
+        fast_paths: bool, "With or without D-RTRL's fused trace kernels.";
     }
 }
 
 impl OnlineAlgorithm for EProp {
-    fn name(&self) -> &'static str {
-        "eprop"
-    }
-    fn type_name(&self) -> &'static str {
-        "EProp"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
-    }
+    algorithm_methods!(EProp, "eprop", |s: &Self| s.vjp_method, |s: &Self| s.non_temporal);
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         Ok(Box::new(rule::EPropRule::plan(self, eg, layout)?))
     }

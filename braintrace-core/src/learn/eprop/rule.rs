@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::learn::algorithm::{
     Layout, SolveIn, Solved, StepEval, TraceRule, TraceState, Update, VjpMethod,
 };
+use crate::learn::boilerplate::delegate_trace_rule;
 use crate::learn::compiler::EtraceGraph;
 use crate::learn::drtrl::DrtrlRule;
 use crate::learn::state::ModelState;
@@ -167,9 +168,7 @@ impl TraceRule for EPropRule {
         z
     }
 
-    fn state(&self, state: &ModelState) -> Result<Box<dyn TraceState>> {
-        self.inner.state(state)
-    }
+    delegate_trace_rule!(inner: state, in_program, stacked, forward_extra);
 
     fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update> {
         let (raw, filt) = traces.split_at(self.n);
@@ -204,18 +203,6 @@ impl TraceRule for EPropRule {
             signal: &signal,
             scalar: s.scalar,
         })
-    }
-
-    fn in_program(&self, pair: usize) -> bool {
-        self.inner.in_program(pair)
-    }
-
-    fn stacked(&self) -> bool {
-        self.inner.stacked()
-    }
-
-    fn forward_extra(&self) -> usize {
-        self.inner.forward_extra()
     }
 
     fn public(&self, traces: &[Tensor], state: &dyn TraceState) -> Result<Vec<Tensor>> {

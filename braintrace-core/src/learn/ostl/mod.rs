@@ -14,6 +14,7 @@ use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, SolveIn, Solved, StepEval, TraceRule,
     TraceState, Update, VjpMethod,
 };
+use super::boilerplate::{algorithm_methods, delegate_trace_rule, option_builders};
 use super::compiler::EtraceGraph;
 use super::drtrl::DrtrlRule;
 use super::pp_prop::PpRule;
@@ -55,20 +56,10 @@ impl Default for OstlRecurrent {
 }
 
 impl OstlRecurrent {
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// With or without the fused trace kernels.
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
+    option_builders! {
+        vjp_method: VjpMethod, "With this VJP method.";
+        non_temporal: NonTemporal, "With this treatment of non-temporal parameters.";
+        fast_paths: bool, "With or without the fused trace kernels.";
     }
 }
 
@@ -110,32 +101,8 @@ impl OstlFeedforward {
     }
 }
 
-/// Boilerplate of the two configurations' [`OnlineAlgorithm`] impls.
-macro_rules! config {
-    ($t:ty, $name:literal, $vjp:expr, $nt:expr) => {
-        fn name(&self) -> &'static str {
-            $name
-        }
-        fn type_name(&self) -> &'static str {
-            stringify!($t)
-        }
-        fn vjp_method(&self) -> VjpMethod {
-            $vjp(self)
-        }
-        fn non_temporal(&self) -> NonTemporal {
-            $nt(self)
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
-        fn same(&self, other: &dyn Any) -> bool {
-            other.downcast_ref::<Self>() == Some(self)
-        }
-    };
-}
-
 impl OnlineAlgorithm for OstlRecurrent {
-    config!(
+    algorithm_methods!(
         OstlRecurrent,
         "ostl_recurrent",
         |s: &Self| s.vjp_method,
@@ -155,7 +122,7 @@ impl OnlineAlgorithm for OstlRecurrent {
 }
 
 impl OnlineAlgorithm for OstlFeedforward {
-    config!(
+    algorithm_methods!(
         OstlFeedforward,
         "ostl_feedforward",
         |s: &Self| s.0.vjp_method,
@@ -199,12 +166,7 @@ struct CoupledRule {
 }
 
 impl TraceRule for CoupledRule {
-    fn zeros(&self) -> Vec<Tensor> {
-        self.inner.zeros()
-    }
-    fn state(&self, state: &ModelState) -> Result<Box<dyn TraceState>> {
-        self.inner.state(state)
-    }
+    delegate_trace_rule!(inner: zeros, state, in_program, stacked, forward_extra, public);
     fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update> {
         let d = coupled::coupled_jacobians(&self.eg, step.inputs)?;
         let coupled = StepEval {
@@ -220,18 +182,6 @@ impl TraceRule for CoupledRule {
     }
     fn solve(&self, s: &SolveIn<'_>) -> Result<Solved> {
         self.inner.solve(s)
-    }
-    fn in_program(&self, pair: usize) -> bool {
-        self.inner.in_program(pair)
-    }
-    fn stacked(&self) -> bool {
-        self.inner.stacked()
-    }
-    fn forward_extra(&self) -> usize {
-        self.inner.forward_extra()
-    }
-    fn public(&self, traces: &[Tensor], state: &dyn TraceState) -> Result<Vec<Tensor>> {
-        self.inner.public(traces, state)
     }
     fn explain(&self) -> Vec<String> {
         let mut v = self.inner.explain();

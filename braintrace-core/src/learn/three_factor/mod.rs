@@ -17,6 +17,7 @@ use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, SolveIn, Solved, StepEval, TraceRule,
     TraceState, Update, VjpMethod,
 };
+use super::boilerplate::{algorithm_methods, delegate_trace_rule, option_builders};
 use super::compiler::EtraceGraph;
 use super::drtrl::DrtrlRule;
 use super::state::ModelState;
@@ -84,15 +85,9 @@ impl ThreeFactor {
             .store(check(m)?.to_bits(), Ordering::Relaxed);
         Ok(())
     }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// With or without the fused trace kernels.
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
+    option_builders! {
+        non_temporal: NonTemporal, "With this treatment of non-temporal parameters.";
+        fast_paths: bool, "With or without the fused trace kernels.";
     }
 }
 
@@ -116,24 +111,12 @@ impl PartialEq for ThreeFactor {
 }
 
 impl OnlineAlgorithm for ThreeFactor {
-    fn name(&self) -> &'static str {
-        "three_factor"
-    }
-    fn type_name(&self) -> &'static str {
-        "ThreeFactor"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        VjpMethod::SingleStep
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
-    }
+    algorithm_methods!(
+        ThreeFactor,
+        "three_factor",
+        |_: &Self| VjpMethod::SingleStep,
+        |s: &Self| s.non_temporal
+    );
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         let d = DRtrl {
             vjp_method: VjpMethod::SingleStep,
@@ -169,12 +152,7 @@ struct ModulatedRule {
 }
 
 impl TraceRule for ModulatedRule {
-    fn zeros(&self) -> Vec<Tensor> {
-        self.inner.zeros()
-    }
-    fn state(&self, state: &ModelState) -> Result<Box<dyn TraceState>> {
-        self.inner.state(state)
-    }
+    delegate_trace_rule!(inner: zeros, state, in_program, stacked, forward_extra, public);
     fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update> {
         self.inner.update(step, traces)
     }
@@ -192,20 +170,8 @@ impl TraceRule for ModulatedRule {
             scalar: s.scalar,
         })
     }
-    fn in_program(&self, pair: usize) -> bool {
-        self.inner.in_program(pair)
-    }
-    fn stacked(&self) -> bool {
-        self.inner.stacked()
-    }
-    fn forward_extra(&self) -> usize {
-        self.inner.forward_extra()
-    }
     fn scalar(&self, _n: usize) -> f64 {
         f64::from_bits(self.modulator.load(Ordering::Relaxed))
-    }
-    fn public(&self, traces: &[Tensor], state: &dyn TraceState) -> Result<Vec<Tensor>> {
-        self.inner.public(traces, state)
     }
     fn explain(&self) -> Vec<String> {
         let mut v = self.inner.explain();
