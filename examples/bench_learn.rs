@@ -451,7 +451,7 @@ const MODELS: [&str; 10] = [
     "alif",
 ];
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop] \
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop,<any Algorithm::by_name name>] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
   every filter takes a value or a comma-separated list;
@@ -559,9 +559,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         }
     }
     for al in &a.algos {
-        if al != "d_rtrl" && al != "pp_prop" {
-            return Err(format!("--algo: `{al}` is not d_rtrl or pp_prop"));
-        }
+        Algorithm::by_name(al).map_err(|e| format!("--algo: {e}"))?;
     }
     if a.profile && !a.in_process {
         return Err("--profile needs --in-process".into());
@@ -659,12 +657,12 @@ impl Floor {
             "lif" => (1, 1),
             _ => return None,
         };
-        Some(if cfg.algo == "d_rtrl" {
-            Floor::Trace(TraceFloor::new(N_IN, cfg.n_rec, cfg.batch))
-        } else {
-            Floor::Products(ProductsFloor::new(
+        Some(match cfg.algo.as_str() {
+            "d_rtrl" => Floor::Trace(TraceFloor::new(N_IN, cfg.n_rec, cfg.batch)),
+            "pp_prop" => Floor::Products(ProductsFloor::new(
                 N_IN, cfg.n_rec, cfg.batch, n_fwd, n_grad,
-            ))
+            )),
+            _ => return None,
         })
     }
 
@@ -807,10 +805,12 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)
             .into(),
-        _ => PpProp::new(PP_DECAY)?
+        "pp_prop" => PpProp::new(PP_DECAY)?
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)
             .into(),
+        // Any other name with its defaults (`Algorithm::by_name`).
+        other => Algorithm::by_name(other)?,
     };
     let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);
     let t0 = Instant::now();

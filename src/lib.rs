@@ -63,6 +63,8 @@ mod book {
     mod checking_rules {}
     #[doc = include_str!("../book/src/online-learning.md")]
     mod online_learning {}
+    #[doc = include_str!("../book/src/eprop-ostl-three-factor.md")]
+    mod eprop_ostl_three_factor {}
     #[doc = include_str!("../book/src/python-names.md")]
     mod python_names {}
     #[doc = include_str!("../book/src/internals.md")]

@@ -24,27 +24,11 @@ fn golden_zoo_cases() {
         .collect();
     names.sort();
     let mut per_cell: BTreeMap<String, usize> = BTreeMap::new();
-    let mut failures = Vec::new();
     for name in &names {
         let cell = name["e2e__zoo_".len()..].split("__").next().unwrap_or("");
         *per_cell.entry(cell.to_string()).or_default() += 1;
-        let fails = match std::fs::read_to_string(dir.join(name))
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-        {
-            Ok(v) => learn_support::e2e::check_e2e(name, &v),
-            Err(e) => vec![format!("{name}: cannot read: {e}")],
-        };
-        println!(
-            "{name}: {}",
-            if fails.is_empty() {
-                "ok".into()
-            } else {
-                format!("{} failure(s)", fails.len())
-            }
-        );
-        failures.extend(fails);
     }
+    let failures = learn_support::e2e::check_files(&dir, &names, &Default::default());
     println!("golden zoo: {} cases {per_cell:?}", names.len());
     for c in learn_support::zoo::CELLS {
         assert!(

@@ -70,6 +70,14 @@ import time
 
 N_IN, N_OUT = 16, 4
 PP_DECAY = 0.95
+# The other algorithms, by braintrace's name, with the options their
+# defaults need (bench_learn runs them through `Algorithm::by_name`).
+ALGO_OPTIONS = {
+    "eprop": lambda: {},
+    "ostl_recurrent": lambda: {},
+    "ostl_feedforward": lambda: {},
+    "three_factor": lambda: {"modulator": 1.0},
+}
 SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 QUICK = os.environ.get("BENCH_QUICK") is not None
 
@@ -110,8 +118,8 @@ def parse_args(argv=None):
             p.error(f"--model: {m!r} is not gru, lif, lif_syn, alif nor a cell of"
                     f" {sorted(ZOO_CELLS)} (optionally with `_ce`)")
     for al in a.algo:
-        if al not in ("d_rtrl", "pp_prop"):
-            p.error(f"--algo: {al!r} is not d_rtrl or pp_prop")
+        if al not in ("d_rtrl", "pp_prop") and al not in ALGO_OPTIONS:
+            p.error(f"--algo: {al!r} is not one of d_rtrl, pp_prop, {', '.join(ALGO_OPTIONS)}")
     return a
 
 
@@ -235,6 +243,9 @@ def run_child(a):
     t0 = time.perf_counter()
     if algo == "d_rtrl":
         learner = braintrace.compile(model, braintrace.D_RTRL, x0, batch_size=batch)
+    elif algo in ALGO_OPTIONS:
+        # By name with its defaults, as bench_learn's `Algorithm::by_name`.
+        learner = braintrace.compile(model, algo, x0, batch_size=batch, **ALGO_OPTIONS[algo]())
     else:
         learner = braintrace.compile(model, braintrace.pp_prop, x0, batch_size=batch,
                                      decay_or_rank=PP_DECAY)

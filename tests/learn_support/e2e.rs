@@ -143,43 +143,93 @@ fn warning_kind(w: &str) -> R<DiagnosticKind> {
 
 /// Check one e2e case; returns every failure.
 pub fn check_e2e(file: &str, v: &Value) -> Vec<String> {
+    check_e2e_with(file, v, &Algorithms::default())
+}
+
+/// Check the case files `names` of `dir` with `algos`, printing one line
+/// per file; returns every failure.
+pub fn check_files(dir: &std::path::Path, names: &[String], algos: &Algorithms<'_>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for name in names {
+        let fails = match std::fs::read_to_string(dir.join(name))
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => check_e2e_with(name, &v, algos),
+            Err(e) => vec![format!("{name}: cannot read: {e}")],
+        };
+        let status = if fails.is_empty() {
+            "ok".into()
+        } else {
+            format!("{} failure(s)", fails.len())
+        };
+        println!("{name}: {status}");
+        failures.extend(fails);
+    }
+    failures
+}
+
+/// The algorithm of a case (its braintrace class name, its options, its
+/// VJP method and the whole case), or `None` when the resolver does not
+/// know the class.
+pub type Resolve =
+    dyn Fn(&str, &Map<String, Value>, VjpMethod, &Map<String, Value>) -> Option<R<Algorithm>>;
+
+/// Algorithms a test adds to the checker's D-RTRL and pp_prop: how to
+/// build them, and the option and case fields they read.
+#[derive(Default)]
+pub struct Algorithms<'a> {
+    /// Builds the algorithm of a class the checker does not know.
+    pub resolve: Option<&'a Resolve>,
+    /// Further `algorithm_options` fields.
+    pub option_keys: &'a [&'a str],
+    /// Further case fields.
+    pub case_keys: &'a [&'a str],
+}
+
+/// [`check_e2e`] for a case whose algorithm `algos` builds.
+pub fn check_e2e_with(file: &str, v: &Value, algos: &Algorithms<'_>) -> Vec<String> {
     let mut fails = Vec::new();
-    if let Err(e) = run(file, v, &mut fails) {
+    if let Err(e) = run(file, v, algos, &mut fails) {
         fails.push(format!("{file}: {e}"));
     }
     fails.into_iter().map(|f| format!("{file}: {f}")).collect()
 }
 
-fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
+fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -> R<()> {
     let o = obj(v, file)?;
     known(
         o,
         "case",
         &[
-            "schema_version",
-            "kind",
-            "case_id",
-            "model",
-            "dims",
-            "hyperparams",
-            "algorithm",
-            "algorithm_options",
-            "vjp_method",
-            "compile_call",
-            "etrace_grad_call",
-            "weights",
-            "initial_hidden",
-            "xs",
-            "ys",
-            "etrace",
-            "bptt",
-            "max_abs_diff_etrace_vs_bptt",
-            "graph",
-            "compile_warnings",
-            "run_warnings",
-            "spike_threshold_margin",
-            "generator",
-        ],
+            &[
+                "schema_version",
+                "kind",
+                "case_id",
+                "model",
+                "dims",
+                "hyperparams",
+                "algorithm",
+                "algorithm_options",
+                "vjp_method",
+                "compile_call",
+                "etrace_grad_call",
+                "weights",
+                "initial_hidden",
+                "xs",
+                "ys",
+                "etrace",
+                "bptt",
+                "max_abs_diff_etrace_vs_bptt",
+                "graph",
+                "compile_warnings",
+                "run_warnings",
+                "spike_threshold_margin",
+                "generator",
+            ][..],
+            algos.case_keys,
+        ]
+        .concat(),
         fails,
     );
     let dims = obj(field(o, "dims", "case")?, "dims")?;
@@ -193,7 +243,7 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
     known(
         opts,
         "algorithm_options",
-        &["decay_or_rank", "vjp_method"],
+        &[&["decay_or_rank", "vjp_method"][..], algos.option_keys].concat(),
         fails,
     );
     let vjp = match str_of(field(o, "vjp_method", "case")?, "vjp_method")? {
@@ -234,7 +284,10 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
                 .in_step_paths(InStepPaths::Twice)
                 .into()
         }
-        other => return Err(format!("unknown algorithm {other}")),
+        other => match algos.resolve.and_then(|f| f(other, opts, vjp, o)) {
+            Some(a) => a?,
+            None => return Err(format!("unknown algorithm {other}")),
+        },
     };
     if model_name.starts_with("snn_") {
         // The spiking zoo (`tests/golden_snn`): one network family.

@@ -221,6 +221,16 @@ pub(crate) trait OnlineAlgorithm: fmt::Debug + Send + Sync + 'static {
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>>;
 }
 
+/// An algorithm [`Algorithm::by_name`] finds: braintrace's names for it
+/// and the configuration the name stands for (every algorithm of the
+/// `algorithms!` list in `learn/mod.rs` implements it).
+pub(crate) trait Named: OnlineAlgorithm + Sized {
+    /// braintrace's names (`compile(model, "d_rtrl")`), the first canonical.
+    const NAMES: &'static [&'static str];
+    /// The configuration a name gives: braintrace's defaults.
+    fn named() -> Self;
+}
+
 /// One (relation, group) pair that carries traces.
 #[derive(Clone, Debug)]
 pub(crate) struct Pair {
@@ -245,6 +255,10 @@ pub(crate) struct Layout {
 pub(crate) struct StepEval<'a> {
     /// The parameter values, in [`ModelState`] order.
     pub params: &'a [Tensor],
+    /// The step graph's inputs (parameters, hidden states, `x`), for an
+    /// algorithm that differentiates the step itself (OSTL's coupled
+    /// Jacobian).
+    pub inputs: &'a [Tensor],
     /// Each relation input's value (`Layout::x_vars`).
     pub xs: HashMap<VarId, Tensor>,
     /// Hidden-to-hidden Jacobian columns per group, `d_cols[group][b][a]`

@@ -93,6 +93,7 @@ pub struct EtraceGraph {
     graph: Graph,
     num_params: usize,
     num_hidden: usize,
+    batch: Option<usize>,
     hidden_paths: Vec<String>,
     param_keys: Vec<String>,
     groups: Vec<HiddenGroup>,
@@ -152,6 +153,7 @@ impl EtraceGraph {
             graph,
             num_params: np,
             num_hidden: nh,
+            batch: state.batch(),
             hidden_paths: hinfo.iter().map(|h| h.path.clone()).collect(),
             param_keys,
             groups: Vec::new(),
@@ -161,6 +163,12 @@ impl EtraceGraph {
         g.find_groups()?;
         g.find_relations(state)?;
         Ok(g)
+    }
+
+    /// The batch size the step was traced with (the leading axis of the
+    /// hidden states), `None` unbatched.
+    pub fn batch(&self) -> Option<usize> {
+        self.batch
     }
 
     /// The traced step graph (ETP equations kept).

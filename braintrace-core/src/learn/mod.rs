@@ -21,7 +21,10 @@
 //! ```
 
 mod algorithm;
+mod axes;
+mod boilerplate;
 mod bptt;
+mod by_name;
 mod compiler;
 mod control_flow;
 mod diagnostics;
@@ -41,18 +44,27 @@ mod state;
 /// The algorithms: each a module of its own (its configuration type, its
 /// trace rule and learner-side state), registered by one line here (see
 /// `learn/algorithm.rs`).
+/// `named [..]` lists the configuration types [`Algorithm::by_name`] finds.
 macro_rules! algorithms {
-    ($($module:ident::{$($public:ident),*};)*) => {
+    ($($module:ident::{$($public:ident),*} named [$($named:ident),*];)*) => {
         $(mod $module; pub use $module::{$($public),*};)*
+        /// Every algorithm of the list, for [`Algorithm::by_name`].
+        pub(crate) fn registered() -> Vec<by_name::Entry> {
+            vec![$($(by_name::Entry::of::<$module::$named>(),)*)*]
+        }
     };
 }
 
 algorithms! {
-    drtrl::{DRtrl};
-    pp_prop::{rank_decay, PpProp};
+    drtrl::{DRtrl} named [DRtrl];
+    pp_prop::{rank_decay, PpProp} named [PpProp];
+    eprop::{EProp, Feedback} named [EProp];
+    ostl::{OstlFeedforward, OstlRecurrent} named [OstlRecurrent, OstlFeedforward];
+    three_factor::{ThreeFactor} named [ThreeFactor];
 }
 
 pub use algorithm::{Algorithm, InStepPaths, NonTemporal, Reduction, VjpMethod};
+pub use axes::{EtraceConfig, LearningSignal, RecurrenceScope, TraceFactorization};
 pub use bptt::{bptt_grad, Bptt};
 pub use compiler::{EtraceGraph, HiddenGroup, Relation, RelationTrainable};
 pub use control_flow::{canonicalize_control_flow, CondPolicy, ControlFlowPolicy};

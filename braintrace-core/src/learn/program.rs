@@ -251,6 +251,7 @@ impl Program {
             .collect();
         let step = StepEval {
             params,
+            inputs: &inputs,
             xs,
             d_cols,
             df: df_parts,

@@ -7,8 +7,10 @@
 mod fused;
 mod rule;
 
+pub(crate) use rule::DrtrlRule;
+
 use super::algorithm::{
-    Algorithm, InStepPaths, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+    Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
 use crate::error::Result;
@@ -93,6 +95,13 @@ impl OnlineAlgorithm for DRtrl {
     }
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         Ok(Box::new(rule::DrtrlRule::plan(self, eg, layout)?))
+    }
+}
+
+impl Named for DRtrl {
+    const NAMES: &'static [&'static str] = &["d_rtrl"];
+    fn named() -> Self {
+        Self::default()
     }
 }
 

@@ -36,7 +36,7 @@ pub(crate) struct DrtrlRule {
 }
 
 impl DrtrlRule {
-    pub(super) fn plan(algo: &DRtrl, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
+    pub(crate) fn plan(algo: &DRtrl, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
         let g = eg.graph();
         let mut keys_all = Vec::with_capacity(layout.pairs.len());
         let mut fast = Vec::with_capacity(layout.pairs.len());

@@ -7,8 +7,10 @@
 mod dense;
 mod rule;
 
+pub(crate) use rule::PpRule;
+
 use super::algorithm::{
-    Algorithm, InStepPaths, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+    Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
@@ -136,6 +138,15 @@ impl OnlineAlgorithm for PpProp {
     }
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         Ok(Box::new(rule::PpRule::plan(self, eg, layout)?))
+    }
+}
+
+impl Named for PpProp {
+    const NAMES: &'static [&'static str] = &["pp_prop", "es_d_rtrl", "esd_rtrl"];
+    /// Decay 0.95 (braintrace requires `decay_or_rank`; set another with
+    /// [`PpProp::new`]).
+    fn named() -> Self {
+        PpProp::new(0.95).expect("0.95 is a decay")
     }
 }
 

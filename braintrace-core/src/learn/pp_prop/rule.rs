@@ -48,7 +48,7 @@ fn split(a: &Aval) -> (usize, &[usize]) {
 }
 
 impl PpRule {
-    pub(super) fn plan(algo: &PpProp, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
+    pub(crate) fn plan(algo: &PpProp, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
         let g = eg.graph();
         let mut f_avals = Vec::with_capacity(layout.pairs.len());
         let mut dense = Vec::with_capacity(layout.pairs.len());
