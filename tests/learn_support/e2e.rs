@@ -7,7 +7,7 @@
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Learner, Level, Model, ModelState,
-    NonTemporal, PpProp, Reduction, TensorDict, VjpMethod,
+    NonTemporal, PpProp, Reduction, SnAp, TensorDict, VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -128,6 +128,9 @@ fn mse(o: &Tensor, y: &Tensor) -> braintrace::Result<Tensor> {
 /// the checker skips this warning (the gradients still have to agree).
 fn is_both_paths_warning(w: &str) -> bool {
     w.contains("through *both* a direct tail and another trainable ETP primitive")
+        // SnAp-n's position analysis widening to all-to-all: ours always
+        // takes the whole group (no diagnostic), the numbers must agree.
+        || w.contains("SnAp-n position analysis could not derive a pattern")
 }
 
 /// Warning kinds in braintrace's compile warnings.
@@ -193,7 +196,7 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
     known(
         opts,
         "algorithm_options",
-        &["decay_or_rank", "vjp_method"],
+        &["decay_or_rank", "vjp_method", "n"],
         fails,
     );
     let vjp = match str_of(field(o, "vjp_method", "case")?, "vjp_method")? {
@@ -227,6 +230,14 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
             }
             .map_err(|e| e.to_string())?;
             p.vjp_method(vjp).non_temporal(NonTemporal::Zero).into()
+        }
+        "SnAp" => {
+            let n = opts.get("n").and_then(Value::as_u64).ok_or("SnAp without `n`")?;
+            SnAp::new(n as usize)
+                .map_err(|e| e.to_string())?
+                .vjp_method(vjp)
+                .non_temporal(NonTemporal::Zero)
+                .into()
         }
         other => return Err(format!("unknown algorithm {other}")),
     };

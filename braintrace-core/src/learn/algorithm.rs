@@ -205,6 +205,9 @@ pub(crate) struct Layout {
 pub(crate) struct StepEval<'a> {
     /// The parameter values, in [`ModelState`] order.
     pub params: &'a [Tensor],
+    /// The step graph's inputs (`params ++ hidden ++ [x]`), for a rule
+    /// that differentiates the transition itself (SnAp's Jacobians).
+    pub inputs: &'a [Tensor],
     /// Each relation input's value (`Layout::x_vars`).
     pub xs: HashMap<VarId, Tensor>,
     /// Hidden-to-hidden Jacobian columns per group, `d_cols[group][b][a]`

@@ -47,6 +47,7 @@ macro_rules! algorithms {
 algorithms! {
     drtrl::{DRtrl};
     pp_prop::{rank_decay, PpProp};
+    snap::{SnAp};
 }
 
 pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};

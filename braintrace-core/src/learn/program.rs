@@ -310,6 +310,7 @@ impl Program {
             .collect();
         let step = StepEval {
             params,
+            inputs: &inputs,
             xs,
             d_cols,
             df: df_parts,
