@@ -54,3 +54,8 @@ fn check(prefix: &str, at_least: usize, models: &[&str]) {
 fn golden_snap_cases() {
     check("snap__", 14, &["gru", "lif", "zoo_lstm", "zoo_vanilla"]);
 }
+
+#[test]
+fn golden_uoro_cases_with_braintraces_draws() {
+    check("uoro__", 4, &["gru", "lif"]);
+}

@@ -29,12 +29,58 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import generate_e2e as e2e  # noqa: E402  (switches on x64 and the CPU backend)
 import generate_zoo_rnn as zoo  # noqa: E402
+import zlib  # noqa: E402
+
+import brainstate  # noqa: E402
+import braintrace  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from generate_e2e import enc  # noqa: E402
 
 SNAP = [
     ('n1', 'SnAp', {'n': 1}),
     ('n2', 'SnAp', {'n': 2}),
     ('n1_multistep', 'SnAp', {'n': 1, 'vjp_method': 'multi-step'}),
     ('n2_multistep', 'SnAp', {'n': 2, 'vjp_method': 'multi-step'}),
+]
+
+
+class TableUORO(braintrace.UORO):
+    """braintrace's UORO with its projection draws read from a table (its
+    documented test seam ``_draw_projection``): ``TABLES[g][step]``."""
+
+    TABLES = None
+
+    def _draw_projection(self, key, step, group_index, shape, dtype):
+        return jnp.asarray(TableUORO.TABLES[group_index])[step].astype(dtype)
+
+
+braintrace.UORO_TABLE = TableUORO
+
+
+def uoro_cases(spec, suffix, options, seed, gen, cases_of):
+    """UORO on ``spec`` with Rademacher draws from a table exported in the case."""
+    net = e2e.MODELS[spec['model']](spec['n_in'], spec['n_rec'], spec['n_out'], spec['hp'])
+    brainstate.nn.init_all_states(net, batch_size=spec['B'])
+    learner = braintrace.compile(net, braintrace.UORO, jnp.zeros((spec['B'], spec['n_in'])),
+                                 batch_size=spec['B'])
+    shapes = [(*g.varshape, g.num_state) for g in learner.graph.hidden_groups]
+    rng = np.random.default_rng([seed, zlib.crc32(f"uoro__{spec['model']}__{suffix}".encode())])
+    tables = [np.where(rng.random((spec['T'], *sh)) < 0.5, 1.0, -1.0) for sh in shapes]
+    TableUORO.TABLES = tables
+    out = []
+    for case_id, case in cases_of([(suffix, 'UORO_TABLE', options)]):
+        case['algorithm'] = 'UORO'
+        case['compile_call'] = case['compile_call'].replace('UORO_TABLE', 'UORO') + \
+            '  # with _draw_projection reading projection_draws[step][group]'
+        case['projection_draws'] = [[enc(t[i]) for t in tables] for i in range(spec['T'])]
+        out.append((case_id, case))
+    return out
+
+
+UORO = [
+    ('multistep', {'vjp_method': 'multi-step'}),
+    ('singlestep', {'vjp_method': 'single-step'}),
 ]
 
 
@@ -52,6 +98,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--out', default='tests/golden_algos')
     ap.add_argument('--seed', type=int, default=35002)
+    ap.add_argument('--only', nargs='*', default=['snap', 'uoro'], help='snap uoro')
     a = ap.parse_args(argv)
     gen = {'schema_version': e2e.SCHEMA_VERSION, 'seed': a.seed, 'variant_set': 'algos_b',
            'versions': e2e.versions(), 'float': 'float64 (jax_enable_x64)', 'backend': 'cpu',
@@ -62,9 +109,15 @@ def main(argv=None):
     for spec in models:
         if spec['model'] not in ('gru', 'lif'):
             continue
-        cases = e2e.make_model_cases(spec, SNAP, a.seed, gen, 5e-3)
-        written += rename(cases, 'snap')
-    for cell in ('lstm', 'vanilla'):
+        if 'snap' in a.only:
+            cases = e2e.make_model_cases(spec, SNAP, a.seed, gen, 5e-3)
+            written += rename(cases, 'snap')
+        if 'uoro' in a.only:
+            for suffix, options in UORO:
+                cases = uoro_cases(spec, suffix, options, a.seed, gen,
+                                   lambda al: e2e.make_model_cases(spec, al, a.seed, gen, 5e-3))
+                written += rename(cases, 'uoro')
+    for cell in ('lstm', 'vanilla') if 'snap' in a.only else ():
         spec = [s for s in zoo.specs() if s['cell'] == cell and s['B'] == 2][0]
         spec = dict(spec, algos=SNAP[:2] + SNAP[3:])
         written += rename(zoo.make_cases(spec, a.seed, gen), 'snap')

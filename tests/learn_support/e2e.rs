@@ -7,7 +7,7 @@
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Learner, Level, Model, ModelState,
-    NonTemporal, PpProp, Reduction, SnAp, TensorDict, VjpMethod,
+    NonTemporal, PpProp, Reduction, SnAp, Uoro, TensorDict, VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -182,6 +182,7 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
             "run_warnings",
             "spike_threshold_margin",
             "generator",
+            "projection_draws",
         ],
         fails,
     );
@@ -235,6 +236,27 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
             let n = opts.get("n").and_then(Value::as_u64).ok_or("SnAp without `n`")?;
             SnAp::new(n as usize)
                 .map_err(|e| e.to_string())?
+                .vjp_method(vjp)
+                .non_temporal(NonTemporal::Zero)
+                .into()
+        }
+        "UORO" => {
+            // braintrace's draws, recorded per step and hidden group.
+            let rows = field(o, "projection_draws", "case")?
+                .as_array()
+                .ok_or("projection_draws")?;
+            let draws = rows
+                .iter()
+                .map(|r| {
+                    r.as_array()
+                        .ok_or("projection_draws row")?
+                        .iter()
+                        .map(|t| array(t, "projection_draws"))
+                        .collect::<R<Vec<_>>>()
+                })
+                .collect::<R<Vec<_>>>()?;
+            Uoro::default()
+                .draws(draws)
                 .vjp_method(vjp)
                 .non_temporal(NonTemporal::Zero)
                 .into()

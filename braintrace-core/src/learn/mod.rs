@@ -48,6 +48,7 @@ algorithms! {
     drtrl::{DRtrl};
     pp_prop::{rank_decay, PpProp};
     snap::{SnAp};
+    uoro::{Draws, Uoro};
 }
 
 pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};

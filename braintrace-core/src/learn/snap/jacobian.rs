@@ -16,7 +16,7 @@ use crate::transform::jvp;
 /// leading batch axis when the state has two or more axes, the other
 /// axes flattened into `q` positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Positions {
+pub(crate) struct Positions {
     /// Samples (1 without a batch axis).
     pub batch: usize,
     /// Whether the states have a batch axis.
@@ -26,7 +26,7 @@ pub(super) struct Positions {
 }
 
 impl Positions {
-    pub(super) fn of(grp: &HiddenGroup) -> Self {
+    pub(crate) fn of(grp: &HiddenGroup) -> Self {
         let vs = &grp.varshape;
         let batched = vs.len() >= 2;
         let (batch, rest) = if batched { (vs[0], &vs[1..]) } else { (1, &vs[..]) };
@@ -47,7 +47,7 @@ impl Positions {
 }
 
 /// `(Q, Q)` identity, or one of its rows' broadcast shapes, in `dtype`.
-pub(super) fn eye(q: usize, shape: &[usize], dtype: DType) -> Result<Tensor> {
+pub(crate) fn eye(q: usize, shape: &[usize], dtype: DType) -> Result<Tensor> {
     let mut v = vec![0.0; q * q];
     for i in 0..q {
         v[i * q + i] = 1.0;
@@ -57,7 +57,7 @@ pub(super) fn eye(q: usize, shape: &[usize], dtype: DType) -> Result<Tensor> {
 
 /// `cols[c][p][a] = ∂h_a/∂h_c[p]` for group `gi` at the step inputs
 /// `inputs` (`params ++ hidden ++ [x]`), each shaped like the states.
-pub(super) fn columns(
+pub(crate) fn columns(
     eg: &EtraceGraph,
     gi: usize,
     inputs: &[Tensor],
@@ -101,7 +101,7 @@ pub(super) fn columns(
 /// The per-position `S × S` diagonal blocks of the Jacobian,
 /// `D[.., a, c] = ∂h_a[q]/∂h_c[q]`, stacked `(V.., S, S)` as the D-RTRL
 /// rule reads it.
-pub(super) fn coupled(grp: &HiddenGroup, cols: &[Vec<Vec<Tensor>>]) -> Result<Tensor> {
+pub(crate) fn coupled(grp: &HiddenGroup, cols: &[Vec<Vec<Tensor>>]) -> Result<Tensor> {
     let pos = Positions::of(grp);
     let s = cols.len();
     let flat = pos.flat();
@@ -132,7 +132,7 @@ pub(super) fn coupled(grp: &HiddenGroup, cols: &[Vec<Vec<Tensor>>]) -> Result<Te
 /// The full within-sample Jacobian `J[.., m, m']` with `m = q·S + a`
 /// (row: state `a` at position `q`) and `m' = p·S + c`: `(B, M, M)` or
 /// `(M, M)`, `M = Q·S`.
-pub(super) fn full(grp: &HiddenGroup, cols: &[Vec<Vec<Tensor>>]) -> Result<Tensor> {
+pub(crate) fn full(grp: &HiddenGroup, cols: &[Vec<Vec<Tensor>>]) -> Result<Tensor> {
     let pos = Positions::of(grp);
     let s = cols.len();
     let m = pos.q * s;

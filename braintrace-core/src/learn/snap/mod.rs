@@ -17,7 +17,7 @@
 //! The Jacobians come from [`jacobian`]: one JVP per (state, position).
 
 mod full;
-mod jacobian;
+pub(super) mod jacobian;
 mod one;
 
 use super::algorithm::{Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod};
