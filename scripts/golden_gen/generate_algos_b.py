@@ -58,7 +58,17 @@ class TableUORO(braintrace.UORO):
 braintrace.UORO_TABLE = TableUORO
 
 
-def uoro_cases(spec, suffix, options, seed, gen, cases_of):
+class TableRandomProjection(braintrace.RandomProjectionVjpAlgorithm):
+    """``RandomProjectionVjpAlgorithm`` with the same table-driven draws."""
+
+    def _draw_projection(self, key, step, group_index, shape, dtype):
+        return jnp.asarray(TableUORO.TABLES[group_index])[step].astype(dtype)
+
+
+braintrace.RANDOM_PROJECTION_TABLE = TableRandomProjection
+
+
+def uoro_cases(spec, suffix, options, seed, gen, cases_of, name='UORO'):
     """UORO on ``spec`` with Rademacher draws from a table exported in the case."""
     net = e2e.MODELS[spec['model']](spec['n_in'], spec['n_rec'], spec['n_out'], spec['hp'])
     brainstate.nn.init_all_states(net, batch_size=spec['B'])
@@ -69,9 +79,10 @@ def uoro_cases(spec, suffix, options, seed, gen, cases_of):
     tables = [np.where(rng.random((spec['T'], *sh)) < 0.5, 1.0, -1.0) for sh in shapes]
     TableUORO.TABLES = tables
     out = []
-    for case_id, case in cases_of([(suffix, 'UORO_TABLE', options)]):
-        case['algorithm'] = 'UORO'
-        case['compile_call'] = case['compile_call'].replace('UORO_TABLE', 'UORO') + \
+    table = 'RANDOM_PROJECTION_TABLE' if name != 'UORO' else 'UORO_TABLE'
+    for case_id, case in cases_of([(suffix, table, options)]):
+        case['algorithm'] = name
+        case['compile_call'] = case['compile_call'].replace(table, name) + \
             '  # with _draw_projection reading projection_draws[step][group]'
         case['projection_draws'] = [[enc(t[i]) for t in tables] for i in range(spec['T'])]
         out.append((case_id, case))
@@ -98,7 +109,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--out', default='tests/golden_algos')
     ap.add_argument('--seed', type=int, default=35002)
-    ap.add_argument('--only', nargs='*', default=['snap', 'uoro'], help='snap uoro')
+    ap.add_argument('--only', nargs='*', default=['snap', 'uoro', 'random_projection'],
+                    help='snap uoro random_projection')
     a = ap.parse_args(argv)
     gen = {'schema_version': e2e.SCHEMA_VERSION, 'seed': a.seed, 'variant_set': 'algos_b',
            'versions': e2e.versions(), 'float': 'float64 (jax_enable_x64)', 'backend': 'cpu',
@@ -117,6 +129,11 @@ def main(argv=None):
                 cases = uoro_cases(spec, suffix, options, a.seed, gen,
                                    lambda al: e2e.make_model_cases(spec, al, a.seed, gen, 5e-3))
                 written += rename(cases, 'uoro')
+        if 'random_projection' in a.only and spec['model'] == 'gru':
+            cases = uoro_cases(spec, 'multistep', {'vjp_method': 'multi-step'}, a.seed, gen,
+                               lambda al: e2e.make_model_cases(spec, al, a.seed, gen, 5e-3),
+                               name='RandomProjectionVjpAlgorithm')
+            written += rename(cases, 'random_projection')
     for cell in ('lstm', 'vanilla') if 'snap' in a.only else ():
         spec = [s for s in zoo.specs() if s['cell'] == cell and s['B'] == 2][0]
         spec = dict(spec, algos=SNAP[:2] + SNAP[3:])

@@ -7,7 +7,7 @@
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Learner, Level, Model, ModelState,
-    NonTemporal, PpProp, Reduction, SnAp, Uoro, TensorDict, VjpMethod,
+    NonTemporal, PpProp, RandomProjection, Reduction, SnAp, Uoro, TensorDict, VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -240,7 +240,7 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
                 .non_temporal(NonTemporal::Zero)
                 .into()
         }
-        "UORO" => {
+        name @ ("UORO" | "RandomProjectionVjpAlgorithm") => {
             // braintrace's draws, recorded per step and hidden group.
             let rows = field(o, "projection_draws", "case")?
                 .as_array()
@@ -255,11 +255,15 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
                         .collect::<R<Vec<_>>>()
                 })
                 .collect::<R<Vec<_>>>()?;
-            Uoro::default()
+            let u = Uoro::default()
                 .draws(draws)
                 .vjp_method(vjp)
-                .non_temporal(NonTemporal::Zero)
-                .into()
+                .non_temporal(NonTemporal::Zero);
+            if name == "UORO" {
+                u.into()
+            } else {
+                RandomProjection(u).into()
+            }
         }
         other => return Err(format!("unknown algorithm {other}")),
     };

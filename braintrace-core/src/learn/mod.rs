@@ -48,7 +48,7 @@ algorithms! {
     drtrl::{DRtrl};
     pp_prop::{rank_decay, PpProp};
     snap::{SnAp};
-    uoro::{Draws, Uoro};
+    uoro::{Draws, RandomProjection, Uoro};
 }
 
 pub use algorithm::{Algorithm, NonTemporal, Reduction, VjpMethod};

@@ -143,3 +143,40 @@ impl From<Uoro> for Algorithm {
         Algorithm::new(a)
     }
 }
+
+/// braintrace's `RandomProjectionVjpAlgorithm`: the engine [`Uoro`] is the
+/// preset of (`trace_factorization='random_projection'` at
+/// `recurrence_scope='coupled'`, its only coordinate in braintrace 0.2.6),
+/// under its own name (`random_projection`); the same options and numbers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RandomProjection(pub Uoro);
+
+impl OnlineAlgorithm for RandomProjection {
+    fn name(&self) -> &'static str {
+        "random_projection"
+    }
+    fn type_name(&self) -> &'static str {
+        "RandomProjection"
+    }
+    fn vjp_method(&self) -> VjpMethod {
+        self.0.vjp_method
+    }
+    fn non_temporal(&self) -> NonTemporal {
+        self.0.non_temporal
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn same(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<Self>() == Some(self)
+    }
+    fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
+        self.0.plan(eg, layout)
+    }
+}
+
+impl From<RandomProjection> for Algorithm {
+    fn from(a: RandomProjection) -> Self {
+        Algorithm::new(a)
+    }
+}
