@@ -63,6 +63,8 @@ mod book {
     mod checking_rules {}
     #[doc = include_str!("../book/src/online-learning.md")]
     mod online_learning {}
+    #[doc = include_str!("../book/src/algorithms-rtrl.md")]
+    mod algorithms_rtrl {}
     #[doc = include_str!("../book/src/python-names.md")]
     mod python_names {}
     #[doc = include_str!("../book/src/internals.md")]

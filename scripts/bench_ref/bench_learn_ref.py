@@ -70,6 +70,7 @@ import time
 
 N_IN, N_OUT = 16, 4
 PP_DECAY = 0.95
+ALGOS = ("d_rtrl", "pp_prop", "snap1", "snap2", "uoro", "random_projection")
 SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 QUICK = os.environ.get("BENCH_QUICK") is not None
 
@@ -110,8 +111,8 @@ def parse_args(argv=None):
             p.error(f"--model: {m!r} is not gru, lif, lif_syn, alif nor a cell of"
                     f" {sorted(ZOO_CELLS)} (optionally with `_ce`)")
     for al in a.algo:
-        if al not in ("d_rtrl", "pp_prop"):
-            p.error(f"--algo: {al!r} is not d_rtrl or pp_prop")
+        if al not in ALGOS:
+            p.error(f"--algo: {al!r} is not one of {ALGOS}")
     return a
 
 
@@ -235,6 +236,14 @@ def run_child(a):
     t0 = time.perf_counter()
     if algo == "d_rtrl":
         learner = braintrace.compile(model, braintrace.D_RTRL, x0, batch_size=batch)
+    elif algo in ("snap1", "snap2"):
+        learner = braintrace.compile(model, braintrace.SnAp, x0, batch_size=batch,
+                                     n=1 if algo == "snap1" else 2)
+    elif algo == "uoro":
+        learner = braintrace.compile(model, braintrace.UORO, x0, batch_size=batch)
+    elif algo == "random_projection":
+        learner = braintrace.compile(model, braintrace.RandomProjectionVjpAlgorithm, x0,
+                                     batch_size=batch)
     else:
         learner = braintrace.compile(model, braintrace.pp_prop, x0, batch_size=batch,
                                      decay_or_rank=PP_DECAY)
