@@ -450,7 +450,14 @@ const MODELS: [&str; 10] = [
 ];
 
 /// The algorithms `--algo` accepts.
-const ALGOS: [&str; 6] = ["d_rtrl", "pp_prop", "snap1", "snap2", "uoro", "random_projection"];
+const ALGOS: [&str; 6] = [
+    "d_rtrl",
+    "pp_prop",
+    "snap1",
+    "snap2",
+    "uoro",
+    "random_projection",
+];
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop,snap1,snap2,uoro,random_projection] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]

@@ -20,11 +20,20 @@ const B: usize = 1;
 fn learner(algo: impl Into<Algorithm>) -> braintrace::Result<Learner<GruNet>> {
     let model = GruNet::new(2, 3, 1);
     let state = ModelState::new(&model, DType::F64, 7, Some(B))?;
-    compile(model, state, algo, &Tensor::zeros(&[B, 2], DType::F64), Some(B))
+    compile(
+        model,
+        state,
+        algo,
+        &Tensor::zeros(&[B, 2], DType::F64),
+        Some(B),
+    )
 }
 
 fn data() -> (Tensor, Tensor) {
-    (draw(&[T, B, 2], 11), draw(&[T, B, 1], 12).mul_scalar(0.5).unwrap())
+    (
+        draw(&[T, B, 2], 11),
+        draw(&[T, B, 1], 12).mul_scalar(0.5).unwrap(),
+    )
 }
 
 fn grads(algo: impl Into<Algorithm>) -> TensorDict {
@@ -113,7 +122,10 @@ fn uoro_is_unbiased_against_bptt_and_a_biased_variant_is_caught() {
         .collect();
     let zb = max_z(&biased, &bptt);
     println!("biased variant, {N} runs: max |z| = {zb:.2}");
-    assert!(zb > Z_MAX, "the biased variant passed the test (max |z| = {zb:.2})");
+    assert!(
+        zb > Z_MAX,
+        "the biased variant passed the test (max |z| = {zb:.2})"
+    );
 }
 
 /// Given draws that are plain Rademacher reproduce the seeded path's

@@ -11,7 +11,9 @@ mod learn_support;
 use std::path::Path;
 
 fn cases(prefix: &str) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden_algos");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden_algos");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("golden algos: {}: {e}", dir.display()))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -22,7 +24,9 @@ fn cases(prefix: &str) -> Vec<String> {
 }
 
 fn check(prefix: &str, at_least: usize, models: &[&str]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden_algos");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden_algos");
     let names = cases(prefix);
     assert!(
         names.len() >= at_least,
@@ -44,10 +48,21 @@ fn check(prefix: &str, at_least: usize, models: &[&str]) {
             Ok(v) => learn_support::e2e::check_e2e(name, &v),
             Err(e) => vec![format!("{name}: cannot read: {e}")],
         };
-        println!("{name}: {}", if fails.is_empty() { "ok".into() } else { format!("{} failure(s)", fails.len()) });
+        println!(
+            "{name}: {}",
+            if fails.is_empty() {
+                "ok".into()
+            } else {
+                format!("{} failure(s)", fails.len())
+            }
+        );
         failures.extend(fails);
     }
-    assert!(failures.is_empty(), "golden algos:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden algos:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -66,7 +81,10 @@ fn golden_random_projection_cases_with_braintraces_draws() {
 }
 
 fn load(name: &str) -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden_algos").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden_algos")
+        .join(name);
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
@@ -77,7 +95,10 @@ fn golden_algos_b_checks_can_fail() {
     let mut v = load("snap__gru__n1.json");
     v["algorithm_options"]["n"] = 2.into();
     let fails = learn_support::e2e::check_e2e("snap__gru__n1.json (as n = 2)", &v);
-    assert!(fails.iter().any(|f| f.contains("etrace.grads")), "{fails:?}");
+    assert!(
+        fails.iter().any(|f| f.contains("etrace.grads")),
+        "{fails:?}"
+    );
 
     let mut v = load("uoro__gru__singlestep.json");
     // data[sample 0][position 0][state 0] of step 1's draw.
@@ -85,5 +106,8 @@ fn golden_algos_b_checks_can_fail() {
     let x = d.as_f64().unwrap();
     *d = (-x).into();
     let fails = learn_support::e2e::check_e2e("uoro__gru__singlestep.json (a draw negated)", &v);
-    assert!(fails.iter().any(|f| f.contains("etrace.grads")), "{fails:?}");
+    assert!(
+        fails.iter().any(|f| f.contains("etrace.grads")),
+        "{fails:?}"
+    );
 }

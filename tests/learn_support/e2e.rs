@@ -7,7 +7,7 @@
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, Learner, Level, Model, ModelState,
-    NonTemporal, PpProp, RandomProjection, Reduction, SnAp, Uoro, TensorDict, VjpMethod,
+    NonTemporal, PpProp, RandomProjection, Reduction, SnAp, TensorDict, Uoro, VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -233,7 +233,10 @@ fn run(file: &str, v: &Value, fails: &mut Vec<String>) -> R<()> {
             p.vjp_method(vjp).non_temporal(NonTemporal::Zero).into()
         }
         "SnAp" => {
-            let n = opts.get("n").and_then(Value::as_u64).ok_or("SnAp without `n`")?;
+            let n = opts
+                .get("n")
+                .and_then(Value::as_u64)
+                .ok_or("SnAp without `n`")?;
             SnAp::new(n as usize)
                 .map_err(|e| e.to_string())?
                 .vjp_method(vjp)
