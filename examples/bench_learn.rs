@@ -81,7 +81,8 @@ mod zoo;
 
 use braintrace::etp::ElemFn;
 use braintrace::learn::{
-    compile, Algorithm, DRtrl, InStepPaths, Init, Model, ModelState, NonTemporal, PpProp, StepCtx,
+    compile, Algorithm, DRtrl, InStepPaths, Init, Model, ModelState, NonTemporal, PpProp,
+    RandomProjection, SnAp, StepCtx, Uoro,
 };
 use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
@@ -451,7 +452,7 @@ const MODELS: [&str; 10] = [
     "alif",
 ];
 
-const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop,<any Algorithm::by_name name>] \
+const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop,snap1,snap2,<any Algorithm::by_name name>] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
        [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
   every filter takes a value or a comma-separated list;
@@ -559,7 +560,9 @@ fn parse_args() -> std::result::Result<Args, String> {
         }
     }
     for al in &a.algos {
-        Algorithm::by_name(al).map_err(|e| format!("--algo: {e}"))?;
+        if !["snap1", "snap2"].contains(&al.as_str()) {
+            Algorithm::by_name(al).map_err(|e| format!("--algo: {e}"))?;
+        }
     }
     if a.profile && !a.in_process {
         return Err("--profile needs --in-process".into());
@@ -652,6 +655,9 @@ impl Floor {
     /// (`gru`: 3 dense weights and 2 relations, `lif`: 1 and 1); none for
     /// the other models.
     fn of(cfg: &Config) -> Option<Floor> {
+        if cfg.algo != "d_rtrl" && cfg.algo != "pp_prop" {
+            return None;
+        }
         let (n_fwd, n_grad) = match cfg.model.as_str() {
             "gru" => (3, 2),
             "lif" => (1, 1),
@@ -805,6 +811,13 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)
             .into(),
+        "snap1" | "snap2" => SnAp::new(if cfg.algo == "snap1" { 1 } else { 2 })?
+            .non_temporal(NonTemporal::Zero)
+            .into(),
+        "uoro" => Uoro::default().non_temporal(NonTemporal::Zero).into(),
+        "random_projection" => {
+            RandomProjection(Uoro::default().non_temporal(NonTemporal::Zero)).into()
+        }
         "pp_prop" => PpProp::new(PP_DECAY)?
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)

@@ -65,6 +65,8 @@ mod book {
     mod online_learning {}
     #[doc = include_str!("../book/src/eprop-ostl-three-factor.md")]
     mod eprop_ostl_three_factor {}
+    #[doc = include_str!("../book/src/algorithms-rtrl.md")]
+    mod algorithms_rtrl {}
     #[doc = include_str!("../book/src/python-names.md")]
     mod python_names {}
     #[doc = include_str!("../book/src/internals.md")]

@@ -6,7 +6,9 @@
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 
-/// The random number generator initialisers draw from (seeded, reproducible).
+/// The random number generator initialisers draw from (seeded, reproducible;
+/// a clone continues the same stream independently).
+#[derive(Clone)]
 pub struct Rng(StdRng);
 
 impl Rng {

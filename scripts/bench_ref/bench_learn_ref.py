@@ -78,6 +78,8 @@ ALGO_OPTIONS = {
     "ostl_feedforward": lambda: {},
     "three_factor": lambda: {"modulator": 1.0},
 }
+# SnAp (order 1 or 2), UORO and random projection, with their options.
+EXTRA_ALGOS = ("snap1", "snap2", "uoro", "random_projection")
 SINGLE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 QUICK = os.environ.get("BENCH_QUICK") is not None
 
@@ -118,8 +120,9 @@ def parse_args(argv=None):
             p.error(f"--model: {m!r} is not gru, lif, lif_syn, alif nor a cell of"
                     f" {sorted(ZOO_CELLS)} (optionally with `_ce`)")
     for al in a.algo:
-        if al not in ("d_rtrl", "pp_prop") and al not in ALGO_OPTIONS:
-            p.error(f"--algo: {al!r} is not one of d_rtrl, pp_prop, {', '.join(ALGO_OPTIONS)}")
+        if al not in ("d_rtrl", "pp_prop") and al not in ALGO_OPTIONS and al not in EXTRA_ALGOS:
+            p.error(f"--algo: {al!r} is not one of d_rtrl, pp_prop, "
+                    f"{', '.join(list(ALGO_OPTIONS) + list(EXTRA_ALGOS))}")
     return a
 
 
@@ -246,6 +249,14 @@ def run_child(a):
     elif algo in ALGO_OPTIONS:
         # By name with its defaults, as bench_learn's `Algorithm::by_name`.
         learner = braintrace.compile(model, algo, x0, batch_size=batch, **ALGO_OPTIONS[algo]())
+    elif algo in ("snap1", "snap2"):
+        learner = braintrace.compile(model, braintrace.SnAp, x0, batch_size=batch,
+                                     n=1 if algo == "snap1" else 2)
+    elif algo == "uoro":
+        learner = braintrace.compile(model, braintrace.UORO, x0, batch_size=batch)
+    elif algo == "random_projection":
+        learner = braintrace.compile(model, braintrace.RandomProjectionVjpAlgorithm, x0,
+                                     batch_size=batch)
     else:
         learner = braintrace.compile(model, braintrace.pp_prop, x0, batch_size=batch,
                                      decay_or_rank=PP_DECAY)

@@ -7,7 +7,8 @@
 use super::models::{DiagNet, GruNet, LeakyNet, LifNet};
 use braintrace::learn::{
     bptt_grad, compile, Algorithm, DRtrl, DiagnosticKind, InStepPaths, Learner, Level, Model,
-    ModelState, NonTemporal, PpProp, Reduction, TensorDict, VjpMethod,
+    ModelState, NonTemporal, PpProp, RandomProjection, Reduction, SnAp, TensorDict, Uoro,
+    VjpMethod,
 };
 use braintrace::{DType, Tensor};
 use serde_json::{Map, Value};
@@ -128,6 +129,9 @@ fn mse(o: &Tensor, y: &Tensor) -> braintrace::Result<Tensor> {
 /// the checker skips this warning (the gradients still have to agree).
 fn is_both_paths_warning(w: &str) -> bool {
     w.contains("through *both* a direct tail and another trainable ETP primitive")
+        // SnAp-n's position analysis widening to all-to-all: ours always
+        // takes the whole group (no diagnostic), the numbers must agree.
+        || w.contains("SnAp-n position analysis could not derive a pattern")
 }
 
 /// Warning kinds in braintrace's compile warnings.
@@ -226,6 +230,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
                 "run_warnings",
                 "spike_threshold_margin",
                 "generator",
+                "projection_draws",
             ][..],
             algos.case_keys,
         ]
@@ -243,7 +248,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
     known(
         opts,
         "algorithm_options",
-        &[&["decay_or_rank", "vjp_method"][..], algos.option_keys].concat(),
+        &[&["decay_or_rank", "vjp_method", "n"][..], algos.option_keys].concat(),
         fails,
     );
     let vjp = match str_of(field(o, "vjp_method", "case")?, "vjp_method")? {
@@ -283,6 +288,42 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
                 .non_temporal(NonTemporal::Zero)
                 .in_step_paths(InStepPaths::Twice)
                 .into()
+        }
+        "SnAp" => {
+            let n = opts
+                .get("n")
+                .and_then(Value::as_u64)
+                .ok_or("SnAp without `n`")?;
+            SnAp::new(n as usize)
+                .map_err(|e| e.to_string())?
+                .vjp_method(vjp)
+                .non_temporal(NonTemporal::Zero)
+                .into()
+        }
+        name @ ("UORO" | "RandomProjectionVjpAlgorithm") => {
+            // braintrace's draws, recorded per step and hidden group.
+            let rows = field(o, "projection_draws", "case")?
+                .as_array()
+                .ok_or("projection_draws")?;
+            let draws = rows
+                .iter()
+                .map(|r| {
+                    r.as_array()
+                        .ok_or("projection_draws row")?
+                        .iter()
+                        .map(|t| array(t, "projection_draws"))
+                        .collect::<R<Vec<_>>>()
+                })
+                .collect::<R<Vec<_>>>()?;
+            let u = Uoro::default()
+                .draws(draws)
+                .vjp_method(vjp)
+                .non_temporal(NonTemporal::Zero);
+            if name == "UORO" {
+                u.into()
+            } else {
+                RandomProjection(u).into()
+            }
         }
         other => match algos.resolve.and_then(|f| f(other, opts, vjp, o)) {
             Some(a) => a?,

@@ -255,9 +255,9 @@ pub(crate) struct Layout {
 pub(crate) struct StepEval<'a> {
     /// The parameter values, in [`ModelState`] order.
     pub params: &'a [Tensor],
-    /// The step graph's inputs (parameters, hidden states, `x`), for an
-    /// algorithm that differentiates the step itself (OSTL's coupled
-    /// Jacobian).
+    /// The step graph's inputs (`params ++ hidden ++ [x]`), for a rule
+    /// that differentiates the transition itself (OSTL's coupled Jacobian,
+    /// SnAp's Jacobians).
     pub inputs: &'a [Tensor],
     /// Each relation input's value (`Layout::x_vars`).
     pub xs: HashMap<VarId, Tensor>,

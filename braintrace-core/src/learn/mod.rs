@@ -1,8 +1,8 @@
 //! Online learning with eligibility traces: model state addressed by path,
 //! the ETP compiler (hidden groups, relations, diagnostics), the learner
-//! and its step programs, the online algorithms — D-RTRL and ES-D-RTRL
-//! (pp_prop), one module each on the traits of `learn/algorithm.rs` — and a BPTT
-//! reference.
+//! and its step programs, the online algorithms — D-RTRL, ES-D-RTRL
+//! (pp_prop), SnAp-1/2, UORO and random projection, one module each on the
+//! traits of `learn/algorithm.rs` — and a BPTT reference.
 //!
 //! ```
 //! use braintrace_core::learn::{compile, DRtrl, ModelState, Reduction};
@@ -61,6 +61,8 @@ algorithms! {
     eprop::{EProp, Feedback} named [EProp];
     ostl::{OstlFeedforward, OstlRecurrent} named [OstlRecurrent, OstlFeedforward];
     three_factor::{ThreeFactor} named [ThreeFactor];
+    snap::{SnAp} named [SnAp];
+    uoro::{Draws, RandomProjection, Uoro} named [Uoro, RandomProjection];
 }
 
 pub use algorithm::{Algorithm, InStepPaths, NonTemporal, Reduction, VjpMethod};

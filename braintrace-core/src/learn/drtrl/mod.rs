@@ -5,7 +5,7 @@
 //! kernels' learner-owned traces in [`fused`].
 
 mod fused;
-mod rule;
+pub(super) mod rule;
 
 pub(crate) use rule::DrtrlRule;
 

@@ -15,7 +15,7 @@ use crate::graph::VarId;
 use crate::learn::algorithm::{
     Layout, Pair, SolveIn, Solved, StepEval, TraceRule, TraceState, Update, VjpMethod,
 };
-use crate::learn::compiler::EtraceGraph;
+use crate::learn::compiler::{EtraceGraph, Relation};
 use crate::learn::shared::{add_maps, last, reduce_to, stack_last, weights};
 use crate::learn::state::ModelState;
 use crate::tensor::{Aval, Tensor};
@@ -49,28 +49,8 @@ impl DrtrlRule {
             } else {
                 None
             };
-            let y = g.aval(r.y_var).clone();
             let weights = crate::learn::shared::weight_avals(eg, pair.rel);
-            let mut vs = grp.varshape.clone();
-            vs.push(s);
-            let xa = r.x_var.map(|v| g.aval(v).clone());
-            let init = r
-                .primitive
-                .init_drtrl(xa.as_ref(), &y, &weights, s, &r.params)?;
-            let keys: Vec<(String, Aval)> = init
-                .into_iter()
-                .filter(|(k, _)| weights.contains_key(k))
-                .map(|(k, t)| {
-                    // An op without x (element-wise) has a trace shaped
-                    // like the hidden group (batch included).
-                    let a = if r.x_var.is_none() {
-                        Aval::new(&vs, t.dtype())
-                    } else {
-                        t.aval()
-                    };
-                    (k, a)
-                })
-                .collect();
+            let keys = trace_keys(eg, pair)?;
             let xa = r.x_var.map(|v| g.aval(v));
             fast.push(kernel.is_some_and(|k| {
                 crate::learn::fast::shapes_fit(&k, xa, &grp.varshape, s, &keys, &weights, &r.params)
@@ -142,22 +122,7 @@ impl DrtrlRule {
                     acc = Some(add_maps(acc, p.yw_to_w(&factor, &eps_b, &r.params)?)?);
                 }
                 let df_a = last(&dfs[pi], a)?;
-                let inst = if p.is_batched() {
-                    let x = x.clone().ok_or_else(|| {
-                        Error::etp(p.name(), "D-RTRL", "a batched primitive needs an x operand")
-                    })?;
-                    let (w, prm) = (weights.clone(), r.params.clone());
-                    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
-                        Ok(p.instant_drtrl(Some(&args[0]), &args[1], &w, &prm)?
-                            .into_values()
-                            .collect())
-                    };
-                    let outs = vmap(f, vec![Some(0), Some(0)])(&[x, df_a])?;
-                    let inst_keys: Vec<String> = weights.keys().cloned().collect();
-                    inst_keys.into_iter().zip(outs).collect()
-                } else {
-                    p.instant_drtrl(x.as_ref(), &df_a, &weights, &r.params)?
-                };
+                let inst = instant(r, x.clone(), df_a, &weights)?;
                 per_a.push(add_maps(acc, inst)?);
             }
             for k in &keys {
@@ -201,7 +166,6 @@ impl DrtrlRule {
                 continue;
             }
             let r = &self.eg.relations()[pair.rel];
-            let p = &r.primitive;
             let s = self.eg.groups()[pair.group].num_state();
             let weights = weights(&self.eg, pair.rel, params);
             let eps = &maps[pi];
@@ -213,41 +177,10 @@ impl DrtrlRule {
                     .iter()
                     .map(|(k, t)| Ok((k.clone(), last(t, a)?)))
                     .collect::<Result<_>>()?;
-                let res = if p.is_batched() {
-                    let keys: Vec<String> = eps_a.keys().cloned().collect();
-                    let (w, prm) = (weights.clone(), r.params.clone());
-                    let ks = keys.clone();
-                    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
-                        let tr: TensorMap =
-                            ks.iter().cloned().zip(args[1..].iter().cloned()).collect();
-                        Ok(p.solve_drtrl(&args[0], &tr, &w, &prm)?
-                            .into_values()
-                            .collect())
-                    };
-                    let mut args = vec![g_a];
-                    args.extend(eps_a.values().cloned());
-                    let outs = vmap(f, vec![Some(0); args.len()])(&args)?;
-                    let wkeys: Vec<String> = weights.keys().cloned().collect();
-                    wkeys.into_iter().zip(outs).collect()
-                } else {
-                    p.solve_drtrl(&g_a, &eps_a, &weights, &r.params)?
-                };
+                let res = solve_leaves(r, g_a, eps_a, &weights)?;
                 acc = Some(add_maps(acc, res)?);
             }
-            let acc = acc.unwrap_or_default();
-            for t in &r.trainables {
-                let gk = acc.get(&t.name).ok_or_else(|| {
-                    Error::etp(
-                        p.name(),
-                        "D-RTRL solve",
-                        format!("rules returned no `{}`", t.name),
-                    )
-                })?;
-                out.push((
-                    t.param,
-                    reduce_to(gk, params[t.param].shape(), &t.param_key)?,
-                ));
-            }
+            out.extend(param_grads(r, &acc.unwrap_or_default(), params)?);
         }
         Ok(out)
     }
@@ -381,4 +314,111 @@ impl TraceRule for DrtrlRule {
             self.pairs.len()
         )]
     }
+}
+
+/// The D-RTRL trace keys of pair `pair` (the trainables the primitive's
+/// `init_drtrl` gives a trace) and their avals `(.., S)`: an op without
+/// `x` (element-wise) has a trace shaped like the hidden group.
+pub(crate) fn trace_keys(eg: &EtraceGraph, pair: &Pair) -> Result<Vec<(String, Aval)>> {
+    let g = eg.graph();
+    let r = &eg.relations()[pair.rel];
+    let grp = &eg.groups()[pair.group];
+    let s = grp.num_state();
+    let y = g.aval(r.y_var).clone();
+    let weights = crate::learn::shared::weight_avals(eg, pair.rel);
+    let mut vs = grp.varshape.clone();
+    vs.push(s);
+    let xa = r.x_var.map(|v| g.aval(v).clone());
+    let init = r
+        .primitive
+        .init_drtrl(xa.as_ref(), &y, &weights, s, &r.params)?;
+    Ok(init
+        .into_iter()
+        .filter(|(k, _)| weights.contains_key(k))
+        .map(|(k, t)| {
+            let a = if r.x_var.is_none() {
+                Aval::new(&vs, t.dtype())
+            } else {
+                t.aval()
+            };
+            (k, a)
+        })
+        .collect())
+}
+
+/// Relation `r`'s instantaneous trace term for one state, `Df[a] ∂y/∂θ`
+/// through the primitive's `instant_drtrl` (per sample for a batched
+/// primitive): one tensor per trainable, shaped like its trace without
+/// the state axis.
+pub(crate) fn instant(
+    r: &Relation,
+    x: Option<Tensor>,
+    df_a: Tensor,
+    weights: &TensorMap,
+) -> Result<TensorMap> {
+    let p = &r.primitive;
+    if !p.is_batched() {
+        return p.instant_drtrl(x.as_ref(), &df_a, weights, &r.params);
+    }
+    let x = x.ok_or_else(|| {
+        Error::etp(p.name(), "D-RTRL", "a batched primitive needs an x operand")
+    })?;
+    let (w, prm, p2) = (weights.clone(), r.params.clone(), p.clone());
+    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(p2
+            .instant_drtrl(Some(&args[0]), &args[1], &w, &prm)?
+            .into_values()
+            .collect())
+    };
+    let outs = vmap(f, vec![Some(0), Some(0)])(&[x, df_a])?;
+    Ok(weights.keys().cloned().zip(outs).collect())
+}
+
+/// Relation `r`'s gradients for one state, `g[a] ε[a]` through the
+/// primitive's `solve_drtrl` (per sample for a batched primitive).
+pub(crate) fn solve_leaves(
+    r: &Relation,
+    g_a: Tensor,
+    eps_a: TensorMap,
+    weights: &TensorMap,
+) -> Result<TensorMap> {
+    let p = &r.primitive;
+    if !p.is_batched() {
+        return p.solve_drtrl(&g_a, &eps_a, weights, &r.params);
+    }
+    let keys: Vec<String> = eps_a.keys().cloned().collect();
+    let (w, prm, p2) = (weights.clone(), r.params.clone(), p.clone());
+    let f = move |args: &[Tensor]| -> Result<Vec<Tensor>> {
+        let tr: TensorMap = keys.iter().cloned().zip(args[1..].iter().cloned()).collect();
+        Ok(p2
+            .solve_drtrl(&args[0], &tr, &w, &prm)?
+            .into_values()
+            .collect())
+    };
+    let mut args = vec![g_a];
+    args.extend(eps_a.into_values());
+    let outs = vmap(f, vec![Some(0); args.len()])(&args)?;
+    Ok(weights.keys().cloned().zip(outs).collect())
+}
+
+/// The solve's per-trainable results `acc` as gradients of relation `r`'s
+/// parameters, each reduced to its parameter's shape.
+pub(crate) fn param_grads(
+    r: &Relation,
+    acc: &TensorMap,
+    params: &[Tensor],
+) -> Result<Vec<(usize, Tensor)>> {
+    r.trainables
+        .iter()
+        .map(|t| {
+            let gk = acc.get(&t.name).ok_or_else(|| {
+                Error::etp(
+                    r.primitive.name(),
+                    "D-RTRL solve",
+                    format!("rules returned no `{}`", t.name),
+                )
+            })?;
+            Ok((t.param, reduce_to(gk, params[t.param].shape(), &t.param_key)?))
+        })
+        .collect()
 }

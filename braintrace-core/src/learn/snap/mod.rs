@@ -1,0 +1,119 @@
+//! SnAp-n (braintrace's `SnAp`, Menick et al. 2021): RTRL's influence
+//! matrix `J = ∂h/∂θ` kept on the positions a parameter reaches in fewer
+//! than `n` steps, rolled with the transition's Jacobian *including* the
+//! recurrent mixing (the weight operations D-RTRL holds fixed).
+//!
+//! * `n = 1` (braintrace's `recurrence_scope='coupled'`): the D-RTRL trace
+//!   layout, rolled with the per-position `S × S` blocks of the full
+//!   Jacobian ([`one`]: D-RTRL's rule and fused kernels, another `D`).
+//! * `n = 2`: for a dense recurrence every position reaches every other in
+//!   one step, so the neighbourhood is the whole group and SnAp-2 is RTRL
+//!   within the group ([`full`]): each trace row widened from `S` to
+//!   `Q·S` entries, rolled with the full within-sample Jacobian. This is
+//!   also what braintrace computes whenever its position analysis falls
+//!   back to all-to-all (a concatenation or a surrogate spike on the
+//!   hidden path: every GRU, LIF and zoo cell).
+//!
+//! The Jacobians come from [`jacobian`]: one JVP per (state, position).
+
+mod full;
+pub(super) mod jacobian;
+mod one;
+
+use super::algorithm::{
+    Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
+};
+use super::compiler::EtraceGraph;
+use crate::error::{Error, Result};
+use std::any::Any;
+use std::sync::Arc;
+
+/// SnAp-n, `n ∈ {1, 2}` (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SnAp {
+    /// The order: 1 (per-position blocks) or 2 (the whole group).
+    pub n: usize,
+    /// Single-step (default, as braintrace) or multi-step learning signal.
+    pub vjp_method: VjpMethod,
+    /// Gradient of parameters without relation in single-step mode.
+    pub non_temporal: NonTemporal,
+}
+
+impl SnAp {
+    /// SnAp of order `n` (1 or 2); any other order is an error naming `n`.
+    pub fn new(n: usize) -> Result<Self> {
+        if !(1..=2).contains(&n) {
+            return Err(Error::invalid(
+                "SnAp::new",
+                format!("the order `n` must be 1 or 2, got {n}"),
+            ));
+        }
+        Ok(SnAp {
+            n,
+            vjp_method: VjpMethod::SingleStep,
+            non_temporal: NonTemporal::InStep,
+        })
+    }
+    /// With this VJP method.
+    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
+        self.vjp_method = m;
+        self
+    }
+    /// With this treatment of non-temporal parameters.
+    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
+        self.non_temporal = n;
+        self
+    }
+}
+
+impl Default for SnAp {
+    /// SnAp-2, braintrace's default order.
+    fn default() -> Self {
+        SnAp::new(2).expect("2 is a valid order")
+    }
+}
+
+impl OnlineAlgorithm for SnAp {
+    fn name(&self) -> &'static str {
+        "snap"
+    }
+    fn type_name(&self) -> &'static str {
+        "SnAp"
+    }
+    fn vjp_method(&self) -> VjpMethod {
+        self.vjp_method
+    }
+    fn non_temporal(&self) -> NonTemporal {
+        self.non_temporal
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn same(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<Self>() == Some(self)
+    }
+    fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
+        // A configuration built by hand (the fields are public) is checked too.
+        SnAp::new(self.n)?;
+        Ok(match self.n {
+            1 => Box::new(one::CoupledRule::plan(self, eg, layout)?),
+            _ => Box::new(full::FullRule::plan(self, eg, layout)?),
+        })
+    }
+}
+
+impl From<SnAp> for Algorithm {
+    fn from(a: SnAp) -> Self {
+        Algorithm::new(a)
+    }
+}
+
+impl Named for SnAp {
+    /// braintrace 0.2.6's `compile` has no name for SnAp; `"snap"` is
+    /// this library's (its default order, 2). `"snap1"` / `"snap2"` pick
+    /// the order.
+    const NAMES: &'static [&'static str] = &["snap", "snap_n"];
+    fn named() -> Self {
+        Self::default()
+    }
+}
