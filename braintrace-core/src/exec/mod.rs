@@ -589,14 +589,15 @@ impl Plan {
     pub(crate) fn run(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let g = &*self.graph;
         if !self.accepts(&args) {
-            return Err(Error::shape(
+            let (given, traced) = (crate::ops::avals(&args), g.in_avals());
+            return Err(Error::shapes(
                 "graph evaluation",
+                given.iter().chain(&traced).map(|a| a.shape()),
                 format!(
-                    "arguments {} vs traced {}",
-                    profile::shapes_label(&crate::ops::avals(&args)),
-                    profile::shapes_label(&g.in_avals())
+                    "the arguments {} must have the abstract values the graph was traced with, {}",
+                    profile::shapes_label(&given),
+                    profile::shapes_label(&traced)
                 ),
-                "arguments must have the abstract values the graph was traced with",
             ));
         }
         if let Some(t) = args.iter().find(|t| t.is_symbolic()) {
@@ -841,10 +842,13 @@ impl Plan {
                 matmul_into(pool, class, a.view(), right(b, transposed))?
             }
             (a, b) => {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     "matmul",
+                    "rhs",
+                    [a.dtype()],
+                    b.dtype(),
                     format!(
-                        "planned for two floats of one dtype, got {} and {}",
+                        "planned for two floats of one dtype; lhs {}, rhs {}",
                         a.dtype(),
                         b.dtype()
                     ),
@@ -902,9 +906,12 @@ impl Plan {
             for &(v, _) in inputs {
                 let t = env[v].as_ref().ok_or_else(|| undefined(p, v))?;
                 let a = T::array(t.data_for("concatenate")?).ok_or_else(|| {
-                    Error::dtype(
+                    Error::dtype_with(
                         "concatenate",
-                        format!("planned for operands of one float dtype, got {}", t.dtype()),
+                        format!("operand of shape {:?}", t.shape()),
+                        [T::dtype()],
+                        t.dtype(),
+                        "planned for operands of one float dtype",
                     )
                 })?;
                 parts.push(elements(a, Order::C));
@@ -942,7 +949,13 @@ impl Plan {
             shape: &[usize],
         ) -> Result<Tensor> {
             let a = T::array(x.data_for("sum")?).ok_or_else(|| {
-                Error::dtype("sum", format!("planned for a float, got {}", x.dtype()))
+                Error::dtype_with(
+                    "sum",
+                    format!("operand of shape {:?}", x.shape()),
+                    [T::dtype()],
+                    x.dtype(),
+                    "planned for a float",
+                )
             })?;
             let s = sum_all(&elements(a, Order::C));
             let mut b = take::<T>(pool, class, shape, false);
@@ -1017,9 +1030,12 @@ impl Plan {
             DType::F32 => change.apply::<f32>(pool, class, x),
             DType::F64 => change.apply::<f64>(pool, class, x),
             d => {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     L::NAME,
-                    format!("planned for a float operand, got {d}"),
+                    format!("operand of shape {:?}", x.shape()),
+                    DType::FLOATS,
+                    d,
+                    "planned for a float operand",
                 ))
             }
         }?;

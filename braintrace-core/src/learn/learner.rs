@@ -9,7 +9,7 @@ use super::rows::{fill, set_scalar, stack_scalars};
 use super::state::{Model, ModelState, TensorDict};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::tensor::{Aval, Tensor};
+use crate::tensor::{Aval, DType, Tensor};
 use crate::transform::{Jit, Staged};
 use std::sync::{Arc, Mutex};
 
@@ -83,10 +83,10 @@ pub fn compile<M: Model>(
     }
     if let (Some(b), Some(&x0)) = (batch_size, example_input.shape().first()) {
         if x0 != b {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "compile",
-                format!("example input {:?}, batch_size {b}", example_input.shape()),
-                "the example input's leading axis must be the batch size",
+                [example_input.shape()],
+                format!("the example input's leading axis must be the batch size {b}"),
             ));
         }
     }
@@ -205,14 +205,10 @@ impl<M: Model> Learner<M> {
 
     fn check_input(&self, op: &str, x: &Tensor) -> Result<Tensor> {
         if x.shape() != self.input_aval.shape() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!(
-                    "x {:?} vs compiled {:?}",
-                    x.shape(),
-                    self.input_aval.shape()
-                ),
-                "each step's input must have the shape of the example input",
+                [x.shape(), self.input_aval.shape()],
+                "each step's input x (first) must have the shape of the example input (second)",
             ));
         }
         x.cast(self.state.dtype())
@@ -437,34 +433,33 @@ impl<M: Model> Learner<M> {
             ));
         }
         if xs.ndim() == 0 || ys.ndim() == 0 {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "etrace_grad",
-                format!("xs {:?}, ys {:?}", xs.shape(), ys.shape()),
+                [xs.shape(), ys.shape()],
                 "xs and ys must be time-major sequences (T, ...)",
             ));
         }
         if xs.shape()[0] != ys.shape()[0] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "etrace_grad",
-                format!("xs {:?}, ys {:?}", xs.shape(), ys.shape()),
+                [xs.shape(), ys.shape()],
                 "xs and ys must have the same number of steps (axis 0)",
             ));
         }
         if &xs.shape()[1..] != self.input_aval.shape() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "etrace_grad",
-                format!(
-                    "xs {:?} vs compiled input {:?}",
-                    xs.shape(),
-                    self.input_aval.shape()
-                ),
-                "xs must be (T, *example_input.shape)",
+                [xs.shape(), self.input_aval.shape()],
+                "xs (first) must be (T, *example_input.shape), the compiled input's shape second",
             ));
         }
         if xs.dtype() != self.state.dtype() && !xs.dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "etrace_grad",
-                format!("xs must be floating point, got {:?}", xs.dtype()),
+                "xs",
+                DType::FLOATS,
+                xs.dtype(),
+                format!("shape {:?}", xs.shape()),
             ));
         }
         Ok(xs.shape()[0])

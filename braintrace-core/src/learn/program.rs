@@ -367,9 +367,9 @@ impl Program {
             let (o, _) = eval_hooked(g, &ins, &h)?;
             let l = loss(&o[0], y)?;
             if !l.shape().is_empty() {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "etrace_grad",
-                    format!("loss {:?}", l.shape()),
+                    [l.shape()],
                     "the loss function must return a scalar",
                 ));
             }

@@ -80,9 +80,12 @@ impl Primitive for Matmul {
         let (a, b) = (&inputs[0], &inputs[1]);
         let bad = |why: &str| Error::shapes("matmul", [a.shape(), b.shape()], why);
         if a.dtype() != b.dtype() || !a.dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_pair(
                 "matmul",
-                format!("operands must be floats of one dtype, got {a} and {b}"),
+                (a.dtype(), a.shape()),
+                (b.dtype(), b.shape()),
+                true,
+                "operands must be floats of one dtype",
             ));
         }
         if a.ndim() < 2 || a.ndim() != b.ndim() {

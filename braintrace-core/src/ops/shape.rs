@@ -8,7 +8,7 @@ use crate::kernels::broadcast::{broadcast_rows, concat_rows};
 use crate::kernels::reduce::sum_axes;
 use crate::tensor::{
     checked_size, copy_array, copy_to_vec, row_major, standard_layout, to_standard, ArrayData,
-    Aval, Tensor,
+    Aval, DType, Tensor,
 };
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use std::any::Any;
@@ -369,9 +369,12 @@ impl Primitive for ReduceSum {
             }
         }
         if !inputs[0].dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "sum",
-                format!("expected a float operand, got {}", inputs[0]),
+                "operand",
+                DType::FLOATS,
+                inputs[0].dtype(),
+                format!("shape {sh:?}"),
             ));
         }
         let out: Vec<usize> = sh
@@ -574,9 +577,12 @@ impl Primitive for Pad {
             (ArrayData::I64(r), ArrayData::I64(a)) => put!(r, a),
             (ArrayData::Bool(r), ArrayData::Bool(a)) => put!(r, a),
             (r, a) => {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     "pad",
-                    format!("internal: result {} for operand {}", r.dtype(), a.dtype()),
+                    "operand",
+                    [r.dtype()],
+                    a.dtype(),
+                    format!("internal: the result is {}", r.dtype()),
                 ))
             }
         }
@@ -667,10 +673,17 @@ impl Primitive for Concat {
         }
         let mut out = first.shape().to_vec();
         out[self.axis] = 0;
-        if inputs.iter().any(|a| a.dtype() != first.dtype()) {
+        if let Some((i, a)) = inputs
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.dtype() != first.dtype())
+        {
             let all: Vec<String> = inputs.iter().map(Aval::to_string).collect();
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "concatenate",
+                format!("operand {i}"),
+                [first.dtype()],
+                a.dtype(),
                 format!("operands must have one dtype, got {}", all.join(", ")),
             ));
         }
