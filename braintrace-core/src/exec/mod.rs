@@ -30,7 +30,7 @@ mod run;
 mod select;
 
 use crate::error::{Error, Result};
-use crate::graph::{profile, Elementwise, Graph, Primitive, VarId, NEVER_READ};
+use crate::graph::{profile, Elementwise, Graph, Planned, Primitive, VarId, NEVER_READ};
 use crate::kernels::broadcast::concat_rows_into;
 use crate::kernels::reduce::sum_all;
 use crate::kernels::sgemm;
@@ -39,8 +39,6 @@ use crate::ops::elementwise::{
     binary_block, mul_add_block, scalar_block, scale_add_block, unary_block, unary_block_f32,
     Binary, BinaryOp, Scalar, ScalarOp, Unary, UnaryOp,
 };
-use crate::ops::linalg::Matmul;
-use crate::ops::shape::{Concat, ReduceSum, Reshape, Transpose};
 use crate::ops::{surrogate_block, Spike, Surrogate, SurrogateGrad};
 use crate::tensor::{
     copy_blocks, row_major as row_major_of, same_shape, standard_layout, ArrayData, ArrayElement,

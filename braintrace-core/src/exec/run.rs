@@ -43,11 +43,9 @@ impl Plan {
                             .map(Some)?,
                         Kernel::Transpose => {
                             let p = e.prim.as_ref();
-                            let perm = &p
-                                .as_any()
-                                .downcast_ref::<Transpose>()
-                                .ok_or_else(|| Error::invalid(p.name(), "planned as a transpose"))?
-                                .perm;
+                            let Some(Planned::Transpose { perm }) = p.planned() else {
+                                return Err(Error::invalid(p.name(), "planned as a transpose"));
+                            };
                             self.layout(pool, env, p, inputs[0], e.outputs[0], PermuteBy(perm))
                                 .map(Some)?
                         }

@@ -18,31 +18,32 @@ pub(super) fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel 
             transposed: false,
         };
     }
-    if let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() {
+    let planned = e.prim.planned();
+    if let Some(Planned::Transpose { perm }) = planned {
         let r = g.avals[e.inputs[0]].ndim();
         let mut seen = vec![false; r];
-        let permutation = t.perm.len() == r
-            && t.perm
+        let permutation = perm.len() == r
+            && perm
                 .iter()
                 .all(|&k| k < r && !std::mem::replace(&mut seen[k], true));
         if e.inputs.len() == 1 && e.outputs.len() == 1 && float(&e.inputs[0]) && permutation {
             return Kernel::Transpose;
         }
     }
-    if let Some(c) = e.prim.as_any().downcast_ref::<Concat>() {
+    if let Some(Planned::Concat { axis }) = planned {
         let dtype = g.avals[e.outputs[0]].dtype();
         if e.outputs.len() == 1
             && !e.inputs.is_empty()
             && float(&e.outputs[0])
             && e.inputs.iter().all(|&v| g.avals[v].dtype() == dtype)
-            && c.axis < g.avals[e.outputs[0]].ndim()
+            && axis < g.avals[e.outputs[0]].ndim()
         {
-            return Kernel::Concat { axis: c.axis };
+            return Kernel::Concat { axis };
         }
     }
     if e.inputs.len() == 1
         && e.outputs.len() == 1
-        && e.prim.as_any().is::<ReduceSum>()
+        && planned == Some(Planned::Sum)
         && float(&e.inputs[0])
         && g.avals[e.outputs[0]].dtype() == g.avals[e.inputs[0]].dtype()
         && g.avals[e.outputs[0]].size() == 1
@@ -51,7 +52,7 @@ pub(super) fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel 
     }
     if e.inputs.len() == 1
         && e.outputs.len() == 1
-        && e.prim.as_any().is::<Reshape>()
+        && planned == Some(Planned::Reshape)
         && float(&e.inputs[0])
         && g.avals[e.inputs[0]].size() == g.avals[e.outputs[0]].size()
     {
@@ -73,7 +74,7 @@ pub(super) fn planned_matmul(g: &Graph, i: usize) -> bool {
     let e = &g.eqns[i];
     e.inputs.len() == 2
         && e.outputs.len() == 1
-        && e.prim.as_any().is::<Matmul>()
+        && e.prim.planned() == Some(Planned::Matmul)
         && e.inputs.iter().all(|&v| {
             g.avals[v].ndim() == 2 && matches!(g.avals[v].dtype(), DType::F32 | DType::F64)
         })
@@ -103,10 +104,10 @@ pub(super) fn elided_transposes(g: &Graph) -> (HashSet<usize>, HashMap<usize, Va
     let mut elided = HashSet::new();
     let mut weight_t = HashMap::new();
     for (i, e) in g.eqns.iter().enumerate() {
-        let Some(t) = e.prim.as_any().downcast_ref::<Transpose>() else {
+        let Some(Planned::Transpose { perm }) = e.prim.planned() else {
             continue;
         };
-        if e.inputs.len() != 1 || e.outputs.len() != 1 || t.perm != [1, 0] {
+        if e.inputs.len() != 1 || e.outputs.len() != 1 || perm != [1, 0] {
             continue;
         }
         let (w, r) = (e.inputs[0], e.outputs[0]);

@@ -17,7 +17,7 @@ pub use analysis::{Reachable, Slice, FOLD_MAX_ELEMENTS};
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
 pub(crate) use interpret::NEVER_READ;
-pub use primitive::{Elementwise, LinearArg, Primitive, PrimitiveClone};
+pub use primitive::{Elementwise, LinearArg, Planned, Primitive, PrimitiveClone};
 
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};

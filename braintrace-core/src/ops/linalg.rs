@@ -2,7 +2,7 @@
 
 use super::{bcast_to_batch, check_arity};
 use crate::error::{Error, Result};
-use crate::graph::{bind1, LinearArg, Primitive};
+use crate::graph::{bind1, LinearArg, Planned, Primitive};
 use crate::tensor::{ArrayData, Aval, Tensor};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, LinalgScalar};
@@ -74,6 +74,9 @@ fn matrix_at<'a, T>(x: &'a ArrayD<T>, lead: &[usize], mut i: usize) -> ArrayView
 impl Primitive for Matmul {
     fn name(&self) -> String {
         "matmul".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Matmul)
     }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("matmul", inputs, 2)?;

@@ -3,7 +3,7 @@
 
 use super::check_arity;
 use crate::error::{Error, Result};
-use crate::graph::{bind1, LinearArg, Primitive};
+use crate::graph::{bind1, LinearArg, Planned, Primitive};
 use crate::kernels::broadcast::{broadcast_rows, concat_rows};
 use crate::kernels::reduce::sum_axes;
 use crate::tensor::{
@@ -66,6 +66,9 @@ pub struct Reshape {
 impl Primitive for Reshape {
     fn name(&self) -> String {
         "reshape".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Reshape)
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("new_sizes".into(), fmt_list(&self.shape))]
@@ -159,6 +162,9 @@ pub(crate) fn check_perm(op: &str, perm: &[usize], shape: &[usize]) -> Result<()
 impl Primitive for Transpose {
     fn name(&self) -> String {
         "transpose".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Transpose { perm: &self.perm })
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("permutation".into(), fmt_list(&self.perm))]
@@ -356,6 +362,9 @@ pub struct ReduceSum {
 impl Primitive for ReduceSum {
     fn name(&self) -> String {
         "reduce_sum".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Sum)
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("axes".into(), fmt_list(&self.axes))]
@@ -655,6 +664,9 @@ pub struct Concat {
 impl Primitive for Concat {
     fn name(&self) -> String {
         "concatenate".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Concat { axis: self.axis })
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("dimension".into(), self.axis.to_string())]
