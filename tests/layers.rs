@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// The top-level modules, bottom first. Modules of one layer may use each
 /// other; a module may use any layer below its own.
 const LAYERS: &[&[&str]] = &[
-    &["error", "random", "threads"],
+    &["dtype", "error", "random", "threads"],
     &["tensor"],
     &["kernels"],
     &["graph"],

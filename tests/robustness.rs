@@ -4,6 +4,7 @@
 //! one dtype rule, and NaN refused by `set_param` and `load_params`. Each
 //! test checks the error and that nothing changed.
 
+use braintrace::error::Shape;
 use braintrace::learn::{float_dtype, ModelState, NonFinite, TensorDict};
 use braintrace::nn::{
     io, Adam, Chain, ElementWiseParam, ExpSynapse, GruCell, LeakyRateReadout, LifCell, Linear,
@@ -456,6 +457,125 @@ fn skip_drops_the_update_and_counts_it_allow_applies_it() {
     assert!(matches!(e, Error::NonFinite { .. }), "{e}");
 }
 
+/// A dtype error carries the dtypes typed: the argument, the dtypes it may
+/// have and the one it has.
+#[test]
+fn dtype_errors_carry_typed_dtypes() {
+    let (state, grads) = problem();
+    let mut g = grads.clone();
+    g.insert(
+        "lin/weight/bias".into(),
+        Tensor::from_vec_typed(vec![1i64, 2], &[2]).unwrap(),
+    );
+    let e = err_of("Adam", || Adam::new(0.1)?.update(&state.params(), &g));
+    match &e {
+        Error::DType {
+            op,
+            arg,
+            expected,
+            got,
+            ..
+        } => {
+            assert_eq!(op, "Adam");
+            assert_eq!(arg, "gradient `lin/weight/bias`");
+            assert_eq!(expected, &[DType::F32, DType::F64]);
+            assert_eq!(*got, DType::I64);
+        }
+        other => panic!("expected Error::DType, got {other:?}"),
+    }
+    // Two operands that must agree: the rhs is named, expected to be the
+    // lhs's dtype, and both shapes are in the message.
+    let a = Tensor::zeros(&[2, 3], DType::F64);
+    let b = Tensor::zeros(&[2, 3], DType::F32);
+    let e = err_of("add", || a.add(&b));
+    assert!(
+        matches!(&e, Error::DType { arg, expected, got: DType::F32, .. }
+            if arg == "rhs" && expected == &[DType::F64]),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("[2, 3]"), "{e}");
+    // An integer operand of a float-only op.
+    let i = Tensor::zeros(&[3], DType::I64);
+    let e = err_of("exp", || i.exp());
+    assert!(
+        matches!(&e, Error::DType { expected, got: DType::I64, .. } if expected == &DType::FLOATS),
+        "{e:?}"
+    );
+}
+
+/// The shape errors of the optimisers, the learner and the loaders carry
+/// the operands' shapes typed, in the order the message names them.
+#[test]
+fn shape_errors_carry_the_operand_shapes() {
+    let (state, grads) = problem();
+    let mut g = grads.clone();
+    g.insert("lin/weight/bias".into(), Tensor::zeros(&[3], DType::F32));
+    let e = err_of("Adam", || Adam::new(0.1)?.update(&state.params(), &g));
+    match &e {
+        Error::Shape { op, shapes, reason } => {
+            assert_eq!(op, "Adam");
+            assert_eq!(shapes, &[Shape(vec![2]), Shape(vec![3])]);
+            assert!(reason.contains("lin/weight/bias"), "{reason}");
+        }
+        other => panic!("expected Error::Shape, got {other:?}"),
+    }
+    assert_eq!(
+        e.to_string(),
+        "Adam: incompatible shapes [2] and [3]: the gradient of `lin/weight/bias` (second) must have its parameter's shape (first)"
+    );
+}
+
+/// io and safetensors errors keep the error they come from as their
+/// `source()`, typed.
+#[test]
+fn file_errors_keep_their_source() {
+    use std::error::Error as _;
+    let dir = std::env::temp_dir().join(format!("bt-robustness-src-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.safetensors");
+    let e = err_of("load", || braintrace::nn::io::load_safetensors(&missing));
+    assert!(matches!(e, Error::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("missing.safetensors"), "{e}");
+    let io = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .expect("the io error is the source");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+
+    let garbage = dir.join("garbage.safetensors");
+    std::fs::write(&garbage, b"not a safetensors file").unwrap();
+    let e = err_of("load", || braintrace::nn::io::load_safetensors(&garbage));
+    assert!(matches!(e, Error::Safetensors { .. }), "{e:?}");
+    assert!(e.to_string().contains("garbage.safetensors"), "{e}");
+    let st = e
+        .source()
+        .and_then(|s| s.downcast_ref::<braintrace::error::SafeTensorError>())
+        .expect("the safetensors error is the source");
+    assert!(e.to_string().ends_with(&st.to_string()), "{e} / {st}");
+
+    let e = err_of("bytes", || {
+        braintrace::nn::io::params_from_bytes(&[1, 2, 3])
+    });
+    assert!(
+        e.source()
+            .is_some_and(|s| s.is::<braintrace::error::SafeTensorError>()),
+        "{e:?}"
+    );
+    // Saving into a folder that does not exist: the io error, typed.
+    let e = err_of("save", || {
+        braintrace::nn::io::save_safetensors(dir.join("no/such/dir.st"), &grads_of_problem())
+    });
+    assert!(
+        e.source().is_some_and(|s| s.is::<std::io::Error>()),
+        "{e:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn grads_of_problem() -> TensorDict {
+    problem().1
+}
+
 #[test]
 fn integer_gradients_are_refused_with_the_dtype_rule() {
     let (state, grads) = problem();
@@ -468,7 +588,7 @@ fn integer_gradients_are_refused_with_the_dtype_rule() {
     let e = err_of("Adam", || adam.update(&state.params(), &g));
     assert_eq!(
         e.to_string(),
-        "Adam: dtype mismatch: gradient `lin/weight/bias` is i64; expected a float tensor (f32 or f64, cast to the model's dtype)"
+        "Adam: dtype mismatch: gradient `lin/weight/bias` is i64, expected f32 or f64 (a float tensor: cast to the model's dtype)"
     );
     assert_eq!(adam.steps("lin/weight/weight"), 0);
 }

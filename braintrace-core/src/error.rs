@@ -3,7 +3,12 @@
 //! Shapes are carried typed ([`Shape`]), and an error raised inside an ETP
 //! primitive stays reachable, by variant, through [`std::error::Error::source`].
 
+pub use crate::dtype::DType;
+/// The safetensors crate's error, the source of an [`Error::Safetensors`]
+/// (re-exported so that `source().downcast_ref` can name it).
+pub use safetensors::SafeTensorError;
 use std::fmt;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A tensor shape as an error carries it: the dimensions, displayed as
@@ -81,6 +86,75 @@ impl std::ops::Deref for ErrorBox {
     }
 }
 
+/// An error of another library (io, safetensors) kept as the
+/// [`source`](std::error::Error::source) of an [`Error`](enum@Error): shared,
+/// so that the error stays `Clone`, and dereferencing to `E`, so that
+/// `source()` hands out the `E` itself (which `downcast_ref::<E>()` finds).
+/// Two are equal when they are the same error or display the same.
+#[derive(Debug)]
+pub struct Shared<E>(pub Arc<E>);
+
+impl<E> Shared<E> {
+    /// Share `e`.
+    pub fn new(e: E) -> Self {
+        Shared(Arc::new(e))
+    }
+}
+
+impl<E> Clone for Shared<E> {
+    fn clone(&self) -> Self {
+        Shared(Arc::clone(&self.0))
+    }
+}
+
+impl<E> std::ops::Deref for Shared<E> {
+    type Target = E;
+    fn deref(&self) -> &E {
+        &self.0
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Shared<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<E: fmt::Display> PartialEq for Shared<E> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+/// `f32 or f64`: the dtypes an [`Error::DType`] expected, for its message.
+fn dtype_list(dtypes: &[DType]) -> String {
+    match dtypes {
+        [] => "another dtype".into(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!(
+            "{} or {last}",
+            init.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The message of [`Error::DType`]: the argument, its dtype, what was
+/// expected, then the detail (shapes, a hint) when there is one.
+fn dtype_message(op: &str, arg: &str, expected: &[DType], got: &DType, detail: &str) -> String {
+    let head = format!(
+        "{op}: dtype mismatch: {arg} is {got}, expected {}",
+        dtype_list(expected)
+    );
+    if detail.is_empty() {
+        head
+    } else {
+        format!("{head} ({detail})")
+    }
+}
+
 /// `[2, 3] and [4]`: the shapes of a [`Error::Shape`], for its message.
 fn shape_list(shapes: &[Shape]) -> String {
     shapes
@@ -90,12 +164,11 @@ fn shape_list(shapes: &[Shape]) -> String {
         .join(" and ")
 }
 
-/// The message of [`Error::Shape`]: the typed shapes when there are any; an
-/// error built by the text helper [`Error::shape`] has its description at the
-/// head of `reason` instead.
+/// The message of [`Error::Shape`]: the op, the shapes in operand order,
+/// then what was expected.
 fn shape_message(op: &str, shapes: &[Shape], reason: &str) -> String {
     if shapes.is_empty() {
-        format!("{op}: incompatible shapes {reason}")
+        format!("{op}: incompatible shapes: {reason}")
     } else {
         format!("{op}: incompatible shapes {}: {reason}", shape_list(shapes))
     }
@@ -124,19 +197,26 @@ pub enum Error {
     Shape {
         /// The op or primitive that refused the input.
         op: String,
-        /// The offending shapes, in operand order (empty only for an error
-        /// built from a text description with [`Error::shape`]).
+        /// The offending shapes, in operand order.
         shapes: Vec<Shape>,
-        /// What was expected.
+        /// What was expected, naming the arguments the shapes belong to.
         reason: String,
     },
-    /// Operand dtypes that an op cannot combine.
-    #[error("{op}: dtype mismatch: {reason}")]
+    /// An operand of a dtype the op cannot take (or cannot combine with
+    /// another operand's).
+    #[error("{}", dtype_message(op, arg, expected, got, detail))]
     DType {
         /// The op or primitive.
         op: String,
-        /// What went wrong.
-        reason: String,
+        /// The argument (`rhs`, `indices`, ``gradient `lin/weight` ``).
+        arg: String,
+        /// The dtypes the op takes there ([`DType::FLOATS`] for a float op;
+        /// one, the other operand's, when two must agree).
+        expected: Vec<DType>,
+        /// The argument's dtype.
+        got: DType,
+        /// More context: the shapes, the other operand, a hint (may be empty).
+        detail: String,
     },
     /// Wrong number of operands.
     #[error("{op}: expected {expected} argument(s), got {got}")]
@@ -273,6 +353,32 @@ pub enum Error {
         /// Its value (NaN, inf or -inf).
         value: f64,
     },
+    /// A file that cannot be read or written; the io error is the
+    /// [`source`](std::error::Error::source).
+    #[error("{op}: cannot {action} {path}: {source}")]
+    Io {
+        /// The entry point (`load_safetensors`, `Checkpoint::save`).
+        op: String,
+        /// `read`, `write`, ...
+        action: String,
+        /// The file.
+        path: String,
+        /// The io error.
+        #[source]
+        source: Shared<std::io::Error>,
+    },
+    /// Bytes that are not a safetensors buffer, or tensors one cannot hold;
+    /// the safetensors error is the [`source`](std::error::Error::source).
+    #[error("{op}: {context}: {source}")]
+    Safetensors {
+        /// The entry point (`params_from_bytes`, `load_safetensors`).
+        op: String,
+        /// What was being read or written (the file, the tensor's key).
+        context: String,
+        /// The safetensors error.
+        #[source]
+        source: Shared<SafeTensorError>,
+    },
     /// Any other invalid argument.
     #[error("{op}: {reason}")]
     Invalid {
@@ -300,21 +406,6 @@ impl Error {
             reason: reason.into(),
         }
     }
-    /// [`Error::Shape`] from a text description of the shapes (kept for
-    /// callers that describe shapes in words; prefer [`Error::shapes`], whose
-    /// shapes can be matched). The error's `shapes` is empty and `reason`
-    /// starts with the description.
-    pub fn shape(
-        op: impl Into<String>,
-        shapes: impl Into<String>,
-        reason: impl Into<String>,
-    ) -> Self {
-        Error::Shape {
-            op: op.into(),
-            shapes: Vec::new(),
-            reason: format!("{}: {}", shapes.into(), reason.into()),
-        }
-    }
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(op: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Invalid {
@@ -329,11 +420,79 @@ impl Error {
             reason: reason.into(),
         }
     }
-    /// Shorthand for [`Error::DType`].
-    pub fn dtype(op: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// [`Error::DType`]: argument `arg` of `op` is a `got` where one of
+    /// `expected` was wanted.
+    pub fn dtype(
+        op: impl Into<String>,
+        arg: impl Into<String>,
+        expected: impl IntoIterator<Item = DType>,
+        got: DType,
+    ) -> Self {
+        Error::dtype_with(op, arg, expected, got, "")
+    }
+    /// [`Error::dtype`] with a detail for the message (the shapes, the
+    /// other operand, a hint).
+    pub fn dtype_with(
+        op: impl Into<String>,
+        arg: impl Into<String>,
+        expected: impl IntoIterator<Item = DType>,
+        got: DType,
+        detail: impl Into<String>,
+    ) -> Self {
         Error::DType {
             op: op.into(),
-            reason: reason.into(),
+            arg: arg.into(),
+            expected: expected.into_iter().collect(),
+            got,
+            detail: detail.into(),
+        }
+    }
+    /// [`Error::DType`] for two operands that must have one dtype (floats,
+    /// when `floats`): names the lhs when it is no float, else the rhs,
+    /// expected to have the lhs's dtype; both dtypes and shapes and the
+    /// `hint` (may be empty) are the detail.
+    pub fn dtype_pair(
+        op: impl Into<String>,
+        (a, a_shape): (DType, &[usize]),
+        (b, b_shape): (DType, &[usize]),
+        floats: bool,
+        hint: &str,
+    ) -> Self {
+        let mut detail = format!("lhs {a} {a_shape:?}, rhs {b} {b_shape:?}");
+        if !hint.is_empty() {
+            detail = format!("{detail}; {hint}");
+        }
+        if floats && !a.is_float() {
+            Error::dtype_with(op, "lhs", DType::FLOATS, a, detail)
+        } else {
+            Error::dtype_with(op, "rhs", [a], b, detail)
+        }
+    }
+    /// [`Error::Io`]: `op` could not `action` (`read`, `write`) the file
+    /// `path`.
+    pub fn io(
+        op: impl Into<String>,
+        action: impl Into<String>,
+        path: &std::path::Path,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            op: op.into(),
+            action: action.into(),
+            path: path.display().to_string(),
+            source: Shared::new(source),
+        }
+    }
+    /// [`Error::Safetensors`]: `op` failed on `context` (a key, a file).
+    pub fn safetensors(
+        op: impl Into<String>,
+        context: impl Into<String>,
+        source: SafeTensorError,
+    ) -> Self {
+        Error::Safetensors {
+            op: op.into(),
+            context: context.into(),
+            source: Shared::new(source),
         }
     }
     /// Shorthand for [`Error::Arity`].
@@ -418,6 +577,8 @@ impl Error {
             | Error::EscapedTracer { op, .. }
             | Error::Param { op, .. }
             | Error::NonFinite { op, .. }
+            | Error::Io { op, .. }
+            | Error::Safetensors { op, .. }
             | Error::Invalid { op, .. } => op,
             Error::Transform { transform, .. } => transform,
             Error::MissingRule { primitive, .. } | Error::Etp { primitive, .. } => primitive,

@@ -401,9 +401,9 @@ impl PyLearner {
             .detach(move || -> Result<Tensor> {
                 let xs = xs.cast(dt)?;
                 if xs.ndim() < 2 {
-                    return Err(braintrace_core::Error::shape(
+                    return Err(braintrace_core::Error::shapes(
                         "Learner.forward",
-                        format!("xs {:?}", xs.shape()),
+                        [xs.shape()],
                         "xs must be (T, B, *input)",
                     ));
                 }

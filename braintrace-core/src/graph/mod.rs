@@ -17,7 +17,7 @@ pub use analysis::{Reachable, Slice, FOLD_MAX_ELEMENTS};
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
 pub(crate) use interpret::NEVER_READ;
-pub use primitive::{Elementwise, LinearArg, Primitive, PrimitiveClone};
+pub use primitive::{Elementwise, LinearArg, Planned, Primitive, PrimitiveClone};
 
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};
@@ -333,10 +333,14 @@ impl Graph {
         }
         for (i, (t, &v)) in inputs.iter().zip(&self.invars).enumerate() {
             if t.aval() != self.avals[v] {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "graph evaluation",
-                    format!("argument {i}: {} vs traced {}", t.aval(), self.avals[v]),
-                    "arguments must have the abstract values the graph was traced with",
+                    [t.shape(), self.avals[v].shape()],
+                    format!(
+                        "argument {i} ({}) must have the abstract value the graph was traced with ({})",
+                        t.aval(),
+                        self.avals[v]
+                    ),
                 ));
             }
         }

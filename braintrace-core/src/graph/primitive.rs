@@ -134,8 +134,49 @@ pub trait Primitive: PrimitiveClone + Send + Sync + fmt::Debug + 'static {
     fn elementwise(&self) -> Option<&dyn Elementwise> {
         None
     }
+    /// What this primitive computes, when it is one of the operations the
+    /// planned executor behind [`crate::Jit`] runs itself into recycled
+    /// buffers (a matrix product, a transpose, a concatenation, a sum, a
+    /// reshape; see [`Planned`]) instead of calling [`Primitive::eval`].
+    /// The executor still checks the equation's avals (float dtypes, ranks,
+    /// sizes) and runs `eval` when they do not fit. `None` (the default):
+    /// always `eval`.
+    fn planned(&self) -> Option<Planned<'_>> {
+        None
+    }
     /// For downcasting (the ETP layer recognises its own equations).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// What a primitive computes, for the planned executor (see
+/// [`Primitive::planned`]). Each is a promise about [`Primitive::eval`]: the
+/// executor computes the same thing itself, bit for bit as the core op of
+/// that kind does, so a primitive should declare one only when its `eval`
+/// gives exactly that result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Planned<'a> {
+    /// `inputs[0] @ inputs[1]`: the matrix product of two operands
+    /// (planned for two 2-D float operands of one dtype).
+    Matmul,
+    /// The one operand with its axes permuted: result axis `k` is operand
+    /// axis `perm[k]`.
+    Transpose {
+        /// The permutation.
+        perm: &'a [usize],
+    },
+    /// The operands joined along `axis`, in order.
+    Concat {
+        /// The axis they are joined along.
+        axis: usize,
+    },
+    /// The sum of the one operand's elements over some of its axes
+    /// (planned when the result has one element: the sum of all of them,
+    /// added in the order of the core `reduce_sum`).
+    Sum,
+    /// The one operand's elements, in row-major order, in the output's
+    /// shape.
+    Reshape,
 }
 
 /// An element-wise primitive's kernel on one block of elements (see

@@ -37,9 +37,9 @@ where
     L: Fn(&Tensor, &Tensor) -> Result<Tensor>,
 {
     if xs.ndim() == 0 || ys.ndim() == 0 || xs.shape()[0] != ys.shape()[0] || xs.shape()[0] == 0 {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             "bptt_grad",
-            format!("xs {:?}, ys {:?}", xs.shape(), ys.shape()),
+            [xs.shape(), ys.shape()],
             "xs and ys must be time-major with the same, non-zero number of steps",
         ));
     }
@@ -58,9 +58,9 @@ where
             let (out, new_h) = step_values(model, pinfo, params, hinfo, &h, &x)?;
             let l = loss(&out, &y)?;
             if !l.shape().is_empty() {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "bptt_grad",
-                    format!("loss {:?}", l.shape()),
+                    [l.shape()],
                     "the loss must be a scalar",
                 ));
             }

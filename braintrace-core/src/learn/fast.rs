@@ -146,9 +146,12 @@ fn zeros(dtype: DType, shape: &[usize]) -> Result<ArrayData> {
     match dtype {
         DType::F32 => Ok(ArrayData::F32(advised(dim))),
         DType::F64 => Ok(ArrayData::F64(advised(dim))),
-        other => Err(Error::dtype(
+        other => Err(Error::dtype_with(
             "D-RTRL fused dense kernel",
-            format!("traces must be f32 or f64, got {other:?}"),
+            "the trace",
+            DType::FLOATS,
+            other,
+            format!("shape {shape:?}"),
         )),
     }
 }
@@ -364,10 +367,13 @@ impl FastTrace {
         match &mut self.data {
             ArrayData::F32(a) => a.fill(0.0),
             ArrayData::F64(a) => a.fill(0.0),
-            _ => {
-                return Err(Error::dtype(
+            other => {
+                return Err(Error::dtype_with(
                     "D-RTRL fused dense kernel",
-                    "traces must be f32 or f64",
+                    "the trace",
+                    DType::FLOATS,
+                    other.dtype(),
+                    format!("shape {:?}", other.shape()),
                 ))
             }
         }
@@ -404,13 +410,12 @@ impl FastTrace {
     /// trace's position, for the message).
     pub(crate) fn check_raw(&self, i: usize, r: &Tensor) -> Result<()> {
         if r.dtype() != self.data.dtype() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "Learner::resume",
-                format!(
-                    "saved fused trace {i} is {:?}; the learner's is {:?}",
-                    r.dtype(),
-                    self.data.dtype()
-                ),
+                format!("saved fused trace {i}"),
+                [self.data.dtype()],
+                r.dtype(),
+                "the saved trace's dtype is not the learner's",
             ));
         }
         if r.shape() != self.data.shape() {
@@ -477,18 +482,14 @@ impl FastTrace {
         let ds = d.shape().to_vec();
         let n = ds.len();
         if n < 5 {
-            return Err(Error::shape(
-                op,
-                format!("D {ds:?}"),
-                "D must be (B, O, so.., S, S)",
-            ));
+            return Err(Error::shapes(op, [&ds], "D must be (B, O, so.., S, S)"));
         }
         let (b, o, s, p) = (ds[0], ds[1], ds[n - 1], cv.positions);
         if ds[2..n - 2].iter().product::<usize>() != p {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!("D {ds:?}"),
-                "D and the trace disagree",
+                [&ds],
+                format!("D and the trace ({p} output positions) disagree"),
             ));
         }
         if !self.has_input {
@@ -538,9 +539,9 @@ impl FastTrace {
         let op = "D-RTRL fused dense kernel";
         let dshape = d.shape();
         if dshape.len() < 3 || df.ndim() < 2 {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!("D {dshape:?}, Df {:?}", df.shape()),
+                [dshape, df.shape()],
                 "D must be (B?, O, S, S) and Df (B?, O, S)",
             ));
         }
@@ -604,10 +605,17 @@ impl FastTrace {
                 .is_none_or(|a| a.shape().iter().product::<usize>() == nnz);
             let g_ok = g.is_none_or(|g| g.shape().iter().product::<usize>() == batch * o * s);
             if want != have || !scale_ok || !g_ok || sp.rows.len() != nnz {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "D-RTRL fused sparse kernel",
-                    format!("trace, x, D, Df: {have:?} elements, want {want:?}"),
-                    "trace, input, D and Df disagree",
+                    [
+                        self.data.shape(),
+                        xd.as_ref().map_or(&[][..], |a| a.shape()),
+                        d.shape(),
+                        df.shape(),
+                    ],
+                    format!(
+                        "the trace, input x, D and Df disagree: {have:?} elements, want {want:?}"
+                    ),
                 ));
             }
             let (dd, dfd) = (contiguous_t(d, dt)?, contiguous_t(df, dt)?);
@@ -631,33 +639,31 @@ impl FastTrace {
         };
         let t_len = tshape.iter().product::<usize>();
         if self.row != (Blocked { n: o, k: s }) || t_len != batch * i * o * s {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
+                [tshape, dshape],
                 format!(
-                    "trace rows of {} outputs x {} states, {t_len} elements; D {dshape:?}",
+                    "the trace (first; rows of {} outputs x {} states) and D (second) disagree",
                     self.row.n, self.row.k,
                 ),
-                "trace and D disagree",
             ));
         }
         if let Some(sc) = &self.prep.scale {
             if sc.shape().iter().product::<usize>() != i * o {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     op,
-                    format!("f'(W) {:?}, trace {tshape:?}", sc.shape()),
-                    "the transform's derivative must be shaped like the parameter",
+                    [sc.shape(), tshape],
+                    "the transform's derivative f'(W) (first) must be shaped like the parameter of the trace (second)",
                 ));
             }
         }
         if g.is_some_and(|g| g.size() != df.size()) || df.size() != batch * o * s {
-            return Err(Error::shape(
+            let mut shapes = vec![dshape, df.shape()];
+            shapes.extend(g.map(|g| g.shape()));
+            return Err(Error::shapes(
                 op,
-                format!(
-                    "D {dshape:?}, Df {:?}, g {:?}",
-                    df.shape(),
-                    g.map(|g| g.shape().to_vec())
-                ),
-                "Df and g must be (B?, O, S) as D is (B?, O, S, S)",
+                shapes,
+                "Df (second) and g (third, if any) must be (B?, O, S) as D (first) is (B?, O, S, S)",
             ));
         }
         // The operands' rows in the trace's layout: D's `S·S` values per

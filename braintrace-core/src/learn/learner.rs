@@ -74,10 +74,10 @@ pub fn compile<M: Model>(
     }
     if let (Some(b), Some(&x0)) = (batch_size, example_input.shape().first()) {
         if x0 != b {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "compile",
-                format!("example input {:?}, batch_size {b}", example_input.shape()),
-                "the example input's leading axis must be the batch size",
+                [example_input.shape()],
+                format!("the example input's leading axis must be the batch size {b}"),
             ));
         }
     }
@@ -193,14 +193,10 @@ impl<M: Model> Learner<M> {
 
     fn check_input(&self, op: &str, x: &Tensor) -> Result<Tensor> {
         if x.shape() != self.input_aval.shape() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!(
-                    "x {:?} vs compiled {:?}",
-                    x.shape(),
-                    self.input_aval.shape()
-                ),
-                "each step's input must have the shape of the example input",
+                [x.shape(), self.input_aval.shape()],
+                "each step's input x (first) must have the shape of the example input (second)",
             ));
         }
         x.cast(self.state.dtype())

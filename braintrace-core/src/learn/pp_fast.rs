@@ -457,9 +457,9 @@ impl PpDense {
     /// input), `g` the summed signal `(*lead, O)`.
     pub(crate) fn push(&mut self, x: &Tensor, g: &Tensor) -> Result<()> {
         let Some(&o) = g.shape().last() else {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 OP,
-                format!("signal {:?}", g.shape()),
+                [g.shape()],
                 "the summed signal must have an output axis",
             ));
         };
@@ -468,10 +468,10 @@ impl PpDense {
         let i = if needs_x {
             let i = x.shape().last().copied().unwrap_or(0);
             if x.size() != rows * i {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     OP,
-                    format!("x̄ {:?}, signal {:?}", x.shape(), g.shape()),
-                    "the input trace and the signal must have the same rows",
+                    [x.shape(), g.shape()],
+                    "the input trace x̄ and the signal must have the same rows",
                 ));
             }
             i
@@ -498,15 +498,13 @@ impl PpDense {
                 acc.push(&self.leaves, needs_x.then_some(xa), ga)
             }
             _ => {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     OP,
+                    [x.shape(), g.shape()],
                     format!(
-                        "x̄ {:?}, signal {:?} ({:?})",
-                        x.shape(),
-                        g.shape(),
+                        "every step's input trace x̄ and signal must have the first step's shapes, in f32 or f64 (the accumulator is {:?})",
                         self.dtype
                     ),
-                    "every step must have the first step's shapes, in f32 or f64",
                 ))
             }
         }

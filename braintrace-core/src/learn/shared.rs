@@ -36,10 +36,10 @@ pub(crate) fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor
         t = t.sum(&axes)?;
     }
     if t.shape() != like {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             "etrace solve",
-            format!("{:?} vs parameter {:?}", t.shape(), like),
-            format!("the gradient of `{what}` does not reduce to its parameter's shape"),
+            [t.shape(), like],
+            format!("the gradient of `{what}` (first) does not reduce to its parameter's shape (second)"),
         ));
     }
     Ok(t)

@@ -210,10 +210,14 @@ impl<'a> StepCtx<'a> {
         let i = self.hidden_index(path)?;
         let old = &self.hidden_values[i];
         if value.shape() != old.shape() || value.dtype() != old.dtype() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "Model::step",
-                format!("new {} vs old {}", value.aval(), old.aval()),
-                format!("hidden state `{path}` must keep its shape and dtype"),
+                [value.shape(), old.shape()],
+                format!(
+                    "hidden state `{path}` must keep its shape and dtype: new {} vs old {}",
+                    value.aval(),
+                    old.aval()
+                ),
             ));
         }
         self.new_hidden[i] = Some(value);
@@ -257,18 +261,19 @@ fn find<'s>(
 /// let e = float_dtype("ModelState::advance", "input `x`", DType::I64).unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
-///     "ModelState::advance: dtype mismatch: input `x` is i64; expected a float tensor (f32 or f64, cast to the model's dtype)"
+///     "ModelState::advance: dtype mismatch: input `x` is i64, expected f32 or f64 (a float tensor: cast to the model's dtype)"
 /// );
 /// ```
 pub fn float_dtype(op: &str, what: &str, dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())
     } else {
-        Err(Error::dtype(
+        Err(Error::dtype_with(
             op,
-            format!(
-                "{what} is {dtype}; expected a float tensor (f32 or f64, cast to the model's dtype)"
-            ),
+            what,
+            DType::FLOATS,
+            dtype,
+            "a float tensor: cast to the model's dtype",
         ))
     }
 }
@@ -290,10 +295,10 @@ fn replace_checked(
     key: &str,
 ) -> Result<()> {
     if value.shape() != slot.shape() {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             op,
-            format!("new {:?} vs {:?}", value.shape(), slot.shape()),
-            format!("{what} `{key}` keeps its shape"),
+            [value.shape(), slot.shape()],
+            format!("{what} `{key}` keeps its shape: new (first) vs old (second)"),
         ));
     }
     let value = float_input(op, &format!("{what} `{key}`"), value, dtype)?;
@@ -332,9 +337,12 @@ impl ModelState {
         batch: Option<usize>,
     ) -> Result<Self> {
         if !dtype.is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "ModelState::new",
-                format!("model state must be f32 or f64, not {dtype:?}"),
+                "dtype",
+                DType::FLOATS,
+                dtype,
+                "the model state's dtype",
             ));
         }
         let mut init = Init::new(dtype, seed);

@@ -202,9 +202,7 @@ impl Checkpoint {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         const OP: &str = "Checkpoint::save";
         let path = path.as_ref();
-        let fail = |what: &str, e: std::io::Error| {
-            Error::invalid(OP, format!("cannot {what} {}: {e}", path.display()))
-        };
+        let fail = |what: &str, e: std::io::Error| Error::io(OP, what, path, e);
         let bytes = self.to_bytes()?;
         let name = path
             .file_name()
@@ -240,14 +238,9 @@ impl Checkpoint {
     /// Read a checkpoint written by [`Checkpoint::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::invalid(
-                "Checkpoint::load",
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-        Self::from_bytes(&bytes)
-            .map_err(|e| Error::invalid("Checkpoint::load", format!("{}: {}", path.display(), e)))
+        let bytes =
+            std::fs::read(path).map_err(|e| Error::io("Checkpoint::load", "read", path, e))?;
+        Self::from_bytes(&bytes).map_err(|e| super::io::in_file("Checkpoint::load", path, e))
     }
 
     /// Put the parameters and hidden states back into `state` and the

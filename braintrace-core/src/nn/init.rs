@@ -84,9 +84,9 @@ impl Initializer {
 /// with the QR sign convention (`q · sign(diag(r))`).
 fn orthogonal(shape: &[usize], scale: f64, rng: &mut Rng) -> Result<Vec<f64>> {
     if shape.len() < 2 {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             "Initializer::Orthogonal",
-            format!("{shape:?}"),
+            [shape],
             "needs a shape of rank 2 or more",
         ));
     }

@@ -83,10 +83,10 @@ pub(crate) fn to_bytes_with(
         .map(|(k, dt, shape, bytes)| {
             TensorView::new(*dt, shape.clone(), bytes)
                 .map(|v| (*k, v))
-                .map_err(|e| Error::invalid(op, format!("`{k}`: {e}")))
+                .map_err(|e| Error::safetensors(op, format!("`{k}`"), e))
         })
         .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, metadata).map_err(|e| Error::invalid(op, e.to_string()))
+    safetensors::serialize(views, metadata).map_err(|e| Error::safetensors(op, "serialising", e))
 }
 
 fn read_le<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
@@ -108,10 +108,10 @@ pub(crate) fn from_bytes_with(
     bytes: &[u8],
 ) -> Result<(TensorDict, std::collections::HashMap<String, String>)> {
     let (_, meta) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| Error::invalid(op, format!("not a safetensors buffer: {e}")))?;
+        .map_err(|e| Error::safetensors(op, "not a safetensors buffer", e))?;
     let meta = meta.metadata().clone().unwrap_or_default();
     let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| Error::invalid(op, format!("not a safetensors buffer: {e}")))?;
+        .map_err(|e| Error::safetensors(op, "not a safetensors buffer", e))?;
     let mut out = TensorDict::new();
     for (name, view) in st.tensors() {
         let shape = view.shape().to_vec();
@@ -122,7 +122,7 @@ pub(crate) fn from_bytes_with(
             Dtype::I64 => Tensor::from_vec_typed(read_le(data, i64::from_le_bytes), &shape),
             Dtype::BOOL => Tensor::from_vec_typed(data.iter().map(|&b| b != 0).collect(), &shape),
             other => {
-                return Err(Error::dtype(
+                return Err(Error::invalid(
                     op,
                     format!("`{name}` has dtype {other:?}; only F32, F64, I64 and BOOL are read"),
                 ))
@@ -138,29 +138,29 @@ pub(crate) fn from_bytes_with(
 pub fn save_safetensors(path: impl AsRef<Path>, params: &TensorDict) -> Result<()> {
     let path = path.as_ref();
     let bytes = params_to_bytes(params)?;
-    std::fs::write(path, bytes).map_err(|e| {
-        Error::invalid(
-            "save_safetensors",
-            format!("cannot write {}: {e}", path.display()),
-        )
-    })
+    std::fs::write(path, bytes).map_err(|e| Error::io("save_safetensors", "write", path, e))
 }
 
 /// Read tensors keyed by path from a safetensors file.
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<TensorDict> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| {
-        Error::invalid(
-            "load_safetensors",
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
-    params_from_bytes(&bytes).map_err(|e| {
-        Error::invalid(
-            "load_safetensors",
-            format!("{}: {}", path.display(), e.root()),
-        )
-    })
+    let bytes = std::fs::read(path).map_err(|e| Error::io("load_safetensors", "read", path, e))?;
+    params_from_bytes(&bytes).map_err(|e| in_file("load_safetensors", path, e))
+}
+
+/// `e`, raised reading the bytes of the file `path`, as an error of `op`
+/// naming the file; a safetensors error keeps its source.
+pub(crate) fn in_file(op: &str, path: &Path, e: Error) -> Error {
+    match e {
+        Error::Safetensors {
+            context, source, ..
+        } => Error::Safetensors {
+            op: op.into(),
+            context: format!("{}: {context}", path.display()),
+            source,
+        },
+        e => Error::invalid(op, format!("{}: {}", path.display(), e.root())),
+    }
 }
 
 /// Save a model state's parameters (not its hidden states) to a file.

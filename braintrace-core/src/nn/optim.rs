@@ -95,10 +95,10 @@ fn check(op: &str, params: &TensorDict, grads: &TensorDict) -> Result<()> {
             )
         })?;
         if p.shape() != g.shape() {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 op,
-                format!("param {:?} vs grad {:?}", p.shape(), g.shape()),
-                format!("the gradient of `{k}` must have its parameter's shape"),
+                [p.shape(), g.shape()],
+                format!("the gradient of `{k}` (second) must have its parameter's shape (first)"),
             ));
         }
         crate::learn::float_dtype(op, &format!("gradient `{k}`"), g.dtype())?;
@@ -141,10 +141,12 @@ fn setting(op: &str, name: &str, value: f64, ok: impl Fn(f64) -> bool, expect: &
 /// float tensor of the parameter's shape.
 fn kept_for<'a>(op: &str, kept: &'a Tensor, p: &Tensor, key: &str) -> Result<&'a Tensor> {
     if kept.shape() != p.shape() {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             op,
-            format!("state {:?} vs param {:?}", kept.shape(), p.shape()),
-            format!("the optimiser state of `{key}` must have its parameter's shape"),
+            [kept.shape(), p.shape()],
+            format!(
+                "the optimiser state of `{key}` (first) must have its parameter's shape (second)"
+            ),
         ));
     }
     Ok(kept)
@@ -482,10 +484,10 @@ impl Optimizer for Adam {
                 Error::invalid(OP, format!("`m/{k}` has no step count `t/{k}` >= 1"))
             })?;
             if m.shape() != v.shape() {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     OP,
-                    format!("m {:?} vs v {:?}", m.shape(), v.shape()),
-                    format!("the moments of `{k}` must have one shape"),
+                    [m.shape(), v.shape()],
+                    format!("the moments `m/{k}` and `v/{k}` must have one shape"),
                 ));
             }
             moments.insert(k, (t, m, v));

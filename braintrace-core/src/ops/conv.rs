@@ -199,9 +199,12 @@ impl std::fmt::Display for Operands {
 /// Both operands floats of one dtype.
 fn check_dtypes(op: &str, a: &Aval, b: &Aval) -> Result<()> {
     if a.dtype() != b.dtype() || !a.dtype().is_float() {
-        return Err(Error::dtype(
+        return Err(Error::dtype_pair(
             op,
-            format!("operands must be floats of one dtype (f32 or f64), got {a} and {b}"),
+            (a.dtype(), a.shape()),
+            (b.dtype(), b.shape()),
+            true,
+            "operands must be floats of one dtype (f32 or f64)",
         ));
     }
     Ok(())

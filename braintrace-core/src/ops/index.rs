@@ -36,9 +36,12 @@ impl Primitive for Take {
             return Err(Error::axis("take", self.axis as isize, x.shape()));
         }
         if i.dtype() != DType::I64 {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "take",
-                format!("indices must be i64, got {i}"),
+                "indices",
+                [DType::I64],
+                i.dtype(),
+                format!("shape {:?}", i.shape()),
             ));
         }
         let out = take_shape(x.shape(), i.shape(), self.axis);
@@ -122,17 +125,23 @@ impl Primitive for ScatterAdd {
         check_arity("scatter_add", inputs, 2)?;
         let (i, u) = (&inputs[0], &inputs[1]);
         if i.dtype() != DType::I64 {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "scatter_add",
-                format!("indices must be i64, got {i}"),
+                "indices",
+                [DType::I64],
+                i.dtype(),
+                format!("shape {:?}", i.shape()),
             ));
         }
         // The kernel adds floats; checked here so tracing refuses what eager
         // evaluation would.
         if !u.dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "scatter_add",
-                format!("updates must be floats, got {u}"),
+                "updates",
+                DType::FLOATS,
+                u.dtype(),
+                format!("shape {:?}", u.shape()),
             ));
         }
         if self.axis >= self.shape.len() {

@@ -12,7 +12,7 @@
 
 use super::elementwise::{BinaryOp, ScalarOp};
 use crate::error::{Error, Result};
-use crate::tensor::{ArrayData, Tensor};
+use crate::tensor::{ArrayData, DType, Tensor};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, Ix1, Ix2, Ix3, Ix4, LinalgScalar, Zip};
 use num_traits::Float;
@@ -113,17 +113,23 @@ fn check_operands(op: &str, out: &Tensor, xs: &[&Tensor], float: bool) -> Result
         }
     }
     if float && !out.dtype().is_float() {
-        return Err(Error::dtype(
+        return Err(Error::dtype_with(
             op,
-            format!("the output must be a float tensor, got {}", out.aval()),
+            "the output",
+            DType::FLOATS,
+            out.dtype(),
+            format!("shape {:?}", out.shape()),
         ));
     }
     for x in xs {
         if x.dtype() != out.dtype() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 op,
+                "the operand",
+                [out.dtype()],
+                x.dtype(),
                 format!(
-                    "operand {} and output {} have different dtypes; cast the operand first",
+                    "operand {} and output {} must have one dtype; cast the operand first",
                     x.aval(),
                     out.aval()
                 ),
@@ -309,8 +315,23 @@ impl Tensor {
         }
         let dt = self.dtype();
         if !dt.is_float() || a.dtype() != dt || b.dtype() != dt {
-            return Err(Error::dtype(
+            let (arg, got) = if !dt.is_float() {
+                ("the output", dt)
+            } else if a.dtype() != dt {
+                ("a", a.dtype())
+            } else {
+                ("b", b.dtype())
+            };
+            let expected = if dt.is_float() {
+                vec![dt]
+            } else {
+                DType::FLOATS.to_vec()
+            };
+            return Err(Error::dtype_with(
                 OP,
+                arg,
+                expected,
+                got,
                 format!(
                     "output and operands must be floats of one dtype, got {} = {} @ {}",
                     self.aval(),

@@ -2,7 +2,7 @@
 
 use super::{bcast_to_batch, check_arity};
 use crate::error::{Error, Result};
-use crate::graph::{bind1, LinearArg, Primitive};
+use crate::graph::{bind1, LinearArg, Planned, Primitive};
 use crate::tensor::{ArrayData, Aval, Tensor};
 use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, LinalgScalar};
@@ -75,14 +75,20 @@ impl Primitive for Matmul {
     fn name(&self) -> String {
         "matmul".into()
     }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Matmul)
+    }
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         check_arity("matmul", inputs, 2)?;
         let (a, b) = (&inputs[0], &inputs[1]);
         let bad = |why: &str| Error::shapes("matmul", [a.shape(), b.shape()], why);
         if a.dtype() != b.dtype() || !a.dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_pair(
                 "matmul",
-                format!("operands must be floats of one dtype, got {a} and {b}"),
+                (a.dtype(), a.shape()),
+                (b.dtype(), b.shape()),
+                true,
+                "operands must be floats of one dtype",
             ));
         }
         if a.ndim() < 2 || a.ndim() != b.ndim() {

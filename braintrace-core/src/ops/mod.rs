@@ -72,15 +72,12 @@ pub(crate) fn lift(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
 
 pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)> {
     if a.dtype() != b.dtype() {
-        return Err(Error::dtype(
+        return Err(Error::dtype_pair(
             op,
-            format!(
-                "operands have dtypes {} and {} (shapes {:?}, {:?}); cast one first",
-                a.dtype(),
-                b.dtype(),
-                a.shape(),
-                b.shape()
-            ),
+            (a.dtype(), a.shape()),
+            (b.dtype(), b.shape()),
+            false,
+            "cast one first",
         ));
     }
     let shape = broadcast_shapes(op, &[a.shape(), b.shape()])?;
@@ -345,15 +342,12 @@ impl Tensor {
             ));
         }
         if a.dtype() != b.dtype() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_pair(
                 "matmul",
-                format!(
-                    "operands have dtypes {} and {} (shapes {:?} @ {:?})",
-                    a.dtype(),
-                    b.dtype(),
-                    a.shape(),
-                    b.shape()
-                ),
+                (a.dtype(), a.shape()),
+                (b.dtype(), b.shape()),
+                false,
+                "cast one first",
             ));
         }
         let a2 = if a.ndim() == 1 {

@@ -3,12 +3,12 @@
 
 use super::check_arity;
 use crate::error::{Error, Result};
-use crate::graph::{bind1, LinearArg, Primitive};
+use crate::graph::{bind1, LinearArg, Planned, Primitive};
 use crate::kernels::broadcast::{broadcast_rows, concat_rows};
 use crate::kernels::reduce::sum_axes;
 use crate::tensor::{
     checked_size, copy_array, copy_to_vec, row_major, standard_layout, to_standard, ArrayData,
-    Aval, Tensor,
+    Aval, DType, Tensor,
 };
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use std::any::Any;
@@ -66,6 +66,9 @@ pub struct Reshape {
 impl Primitive for Reshape {
     fn name(&self) -> String {
         "reshape".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Reshape)
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("new_sizes".into(), fmt_list(&self.shape))]
@@ -159,6 +162,9 @@ pub(crate) fn check_perm(op: &str, perm: &[usize], shape: &[usize]) -> Result<()
 impl Primitive for Transpose {
     fn name(&self) -> String {
         "transpose".into()
+    }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Transpose { perm: &self.perm })
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("permutation".into(), fmt_list(&self.perm))]
@@ -357,6 +363,9 @@ impl Primitive for ReduceSum {
     fn name(&self) -> String {
         "reduce_sum".into()
     }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Sum)
+    }
     fn params(&self) -> Vec<(String, String)> {
         vec![("axes".into(), fmt_list(&self.axes))]
     }
@@ -369,9 +378,12 @@ impl Primitive for ReduceSum {
             }
         }
         if !inputs[0].dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "sum",
-                format!("expected a float operand, got {}", inputs[0]),
+                "operand",
+                DType::FLOATS,
+                inputs[0].dtype(),
+                format!("shape {sh:?}"),
             ));
         }
         let out: Vec<usize> = sh
@@ -574,9 +586,12 @@ impl Primitive for Pad {
             (ArrayData::I64(r), ArrayData::I64(a)) => put!(r, a),
             (ArrayData::Bool(r), ArrayData::Bool(a)) => put!(r, a),
             (r, a) => {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     "pad",
-                    format!("internal: result {} for operand {}", r.dtype(), a.dtype()),
+                    "operand",
+                    [r.dtype()],
+                    a.dtype(),
+                    format!("internal: the result is {}", r.dtype()),
                 ))
             }
         }
@@ -650,6 +665,9 @@ impl Primitive for Concat {
     fn name(&self) -> String {
         "concatenate".into()
     }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Concat { axis: self.axis })
+    }
     fn params(&self) -> Vec<(String, String)> {
         vec![("dimension".into(), self.axis.to_string())]
     }
@@ -667,10 +685,17 @@ impl Primitive for Concat {
         }
         let mut out = first.shape().to_vec();
         out[self.axis] = 0;
-        if inputs.iter().any(|a| a.dtype() != first.dtype()) {
+        if let Some((i, a)) = inputs
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.dtype() != first.dtype())
+        {
             let all: Vec<String> = inputs.iter().map(Aval::to_string).collect();
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "concatenate",
+                format!("operand {i}"),
+                [first.dtype()],
+                a.dtype(),
                 format!("operands must have one dtype, got {}", all.join(", ")),
             ));
         }

@@ -18,7 +18,7 @@
 use super::check_arity;
 use crate::error::{Error, Result};
 use crate::graph::{bind1, Elementwise, Primitive};
-use crate::tensor::{ArrayData, Aval, Tensor};
+use crate::tensor::{ArrayData, Aval, DType, Tensor};
 use ndarray::ArrayD;
 use num_traits::Float;
 use std::any::Any;
@@ -549,9 +549,12 @@ fn surrogate_loop<T: Float>(s: Surrogate, a: &[T], out: &mut [T]) {
 fn float_operand(op: &str, inputs: &[Aval]) -> Result<Aval> {
     check_arity(op, inputs, 1)?;
     if !inputs[0].dtype().is_float() {
-        return Err(Error::dtype(
+        return Err(Error::dtype_with(
             op,
-            format!("expected a float membrane potential, got {}", inputs[0]),
+            "the membrane potential",
+            DType::FLOATS,
+            inputs[0].dtype(),
+            format!("shape {:?}", inputs[0].shape()),
         ));
     }
     Ok(inputs[0].clone())
@@ -656,9 +659,12 @@ impl Primitive for SurrogateGrad {
             ArrayData::F32(a) => ArrayData::F32(surrogate_kernel(s, a)),
             ArrayData::F64(a) => ArrayData::F64(surrogate_kernel(s, a)),
             other => {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     OP,
-                    format!("expected a float membrane potential, got {}", other.dtype()),
+                    "the membrane potential",
+                    DType::FLOATS,
+                    other.dtype(),
+                    format!("shape {:?}", other.shape()),
                 ))
             }
         };

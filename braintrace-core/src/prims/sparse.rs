@@ -111,10 +111,13 @@ impl CsrStructure {
     /// The dense `(n_in, n_out)` matrix holding `values` (`(nnz,)`).
     pub fn densify(&self, values: &Tensor) -> Result<Tensor> {
         if values.shape() != [self.nnz()] {
-            return Err(Error::shape(
+            return Err(Error::shapes(
                 "sparse",
-                format!("values {:?}, structure nnz {}", values.shape(), self.nnz()),
-                "the weight must hold one value per stored entry",
+                [values.shape(), &[self.nnz()][..]],
+                format!(
+                    "the weight (first) must hold one value per stored entry of the structure ({} entries)",
+                    self.nnz()
+                ),
             ));
         }
         scatter_add(

@@ -32,9 +32,9 @@ fn batched(op: &str, x: &Tensor, unbatched_rank: usize) -> Result<bool> {
     match x.ndim() {
         r if r == unbatched_rank => Ok(false),
         r if r == unbatched_rank + 1 => Ok(true),
-        _ => Err(Error::shape(
+        _ => Err(Error::shapes(
             op,
-            format!("x {:?}", x.shape()),
+            [x.shape()],
             format!(
                 "x must have rank {unbatched_rank} (unbatched) or {} (batched)",
                 unbatched_rank + 1
@@ -171,9 +171,9 @@ pub fn conv(
 ) -> Result<Tensor> {
     let d = c.strides.len();
     if x.ndim() != d + 2 {
-        return Err(Error::shape(
+        return Err(Error::shapes(
             "conv",
-            format!("x {:?}", x.shape()),
+            [x.shape()],
             format!(
                 "x must have rank {} (batch, channel and {d} spatial axes)",
                 d + 2

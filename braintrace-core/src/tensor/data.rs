@@ -28,9 +28,12 @@ macro_rules! map_float {
         match $data {
             $crate::tensor::ArrayData::F32($a) => Ok($crate::tensor::ArrayData::F32($body)),
             $crate::tensor::ArrayData::F64($a) => Ok($crate::tensor::ArrayData::F64($body)),
-            other => Err($crate::Error::dtype(
+            other => Err($crate::Error::dtype_with(
                 $op,
-                format!("expected a float tensor, got {}", other.dtype()),
+                "operand",
+                $crate::DType::FLOATS,
+                other.dtype(),
+                format!("shape {:?}", other.shape()),
             )),
         }
     };
@@ -48,13 +51,12 @@ macro_rules! map_float2 {
             ($crate::tensor::ArrayData::F64($a), $crate::tensor::ArrayData::F64($b)) => {
                 Ok($crate::tensor::ArrayData::F64($body))
             }
-            (l, r) => Err($crate::Error::dtype(
+            (l, r) => Err($crate::Error::dtype_pair(
                 $op,
-                format!(
-                    "expected two float tensors of one dtype, got {} and {}",
-                    l.dtype(),
-                    r.dtype()
-                ),
+                (l.dtype(), l.shape()),
+                (r.dtype(), r.shape()),
+                true,
+                "",
             )),
         }
     };
@@ -260,9 +262,12 @@ impl ArrayData {
     pub fn as_i64(&self, op: &str) -> Result<&ArrayD<i64>> {
         match self {
             ArrayData::I64(a) => Ok(a),
-            other => Err(Error::dtype(
+            other => Err(Error::dtype_with(
                 op,
-                format!("expected i64 indices, got {}", other.dtype()),
+                "indices",
+                [DType::I64],
+                other.dtype(),
+                format!("shape {:?}", other.shape()),
             )),
         }
     }
@@ -270,9 +275,12 @@ impl ArrayData {
     pub fn as_bool(&self, op: &str) -> Result<&ArrayD<bool>> {
         match self {
             ArrayData::Bool(a) => Ok(a),
-            other => Err(Error::dtype(
+            other => Err(Error::dtype_with(
                 op,
-                format!("expected a bool mask, got {}", other.dtype()),
+                "mask",
+                [DType::Bool],
+                other.dtype(),
+                format!("shape {:?}", other.shape()),
             )),
         }
     }

@@ -58,9 +58,12 @@ array_element!(i64, I64);
 array_element!(bool, Bool);
 
 fn dtype_error(op: &str, want: super::DType, got: super::DType, shape: &[usize]) -> Error {
-    Error::dtype(
+    Error::dtype_with(
         op,
-        format!("asked for {want} data but the tensor of shape {shape:?} holds {got}"),
+        format!("the tensor of shape {shape:?}"),
+        [want],
+        got,
+        format!("asked for {want} data"),
     )
 }
 

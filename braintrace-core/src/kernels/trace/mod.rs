@@ -155,7 +155,15 @@ impl KernelFloat for f64 {}
 /// `a`'s elements as `T`, in memory order; errors name kernel `op`.
 pub(crate) fn slice<'a, T: KernelFloat>(op: &str, a: &'a ArrayData) -> Result<&'a [T]> {
     T::array(a)
-        .ok_or_else(|| Error::dtype(op, "mixed dtypes"))?
+        .ok_or_else(|| {
+            Error::dtype_with(
+                op,
+                format!("operand of shape {:?}", a.shape()),
+                [T::dtype()],
+                a.dtype(),
+                "the trace's dtype",
+            )
+        })?
         .as_slice()
         .ok_or_else(|| Error::invalid(op, "operand not contiguous"))
 }
@@ -163,8 +171,17 @@ pub(crate) fn slice<'a, T: KernelFloat>(op: &str, a: &'a ArrayData) -> Result<&'
 /// A trace buffer's elements as `T`, in memory order; errors name kernel
 /// `op`.
 pub(crate) fn slice_mut<'a, T: KernelFloat>(op: &str, a: &'a mut ArrayData) -> Result<&'a mut [T]> {
+    let (shape, dtype) = (a.shape().to_vec(), a.dtype());
     T::array_mut(a)
-        .ok_or_else(|| Error::dtype(op, "mixed dtypes"))?
+        .ok_or_else(|| {
+            Error::dtype_with(
+                op,
+                format!("trace buffer of shape {shape:?}"),
+                [T::dtype()],
+                dtype,
+                "the kernel's dtype",
+            )
+        })?
         .as_slice_mut()
         .ok_or_else(|| Error::invalid(op, "trace buffer not contiguous"))
 }
@@ -208,7 +225,13 @@ pub(crate) fn run(
     match e.dtype() {
         DType::F32 => run_typed::<f32>(kernel, e, grad, ops, solve, threads),
         DType::F64 => run_typed::<f64>(kernel, e, grad, ops, solve, threads),
-        _ => Err(Error::dtype(kernel.name(), "traces must be f32 or f64")),
+        d => Err(Error::dtype_with(
+            kernel.name(),
+            "the trace",
+            DType::FLOATS,
+            d,
+            format!("shape {:?}", e.shape()),
+        )),
     }
 }
 

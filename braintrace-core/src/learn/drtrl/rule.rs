@@ -141,10 +141,13 @@ impl DrtrlRule {
                 let new = stack_last(&parts)?;
                 let old = &eps[k];
                 if new.shape() != old.shape() {
-                    return Err(Error::shape(
+                    return Err(Error::shapes(
                         "D-RTRL trace update",
-                        format!("{:?} vs trace {:?}", new.shape(), old.shape()),
-                        format!("{}'s rules must keep the `{k}` trace's shape", p.name()),
+                        [new.shape(), old.shape()],
+                        format!(
+                            "{}'s rules must keep the `{k}` trace's shape: new (first) vs old (second)",
+                            p.name()
+                        ),
                     ));
                 }
                 out.push(new.cast(old.dtype())?);

@@ -435,9 +435,12 @@ impl<M: Model> Learner<M> {
             }
         }
         if xs.dtype() != self.state.dtype() && !xs.dtype().is_float() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 OP,
-                format!("xs must be floating point, got {:?}", xs.dtype()),
+                "xs",
+                crate::tensor::DType::FLOATS,
+                xs.dtype(),
+                format!("shape {:?}", xs.shape()),
             ));
         }
         Ok(t_len)

@@ -83,9 +83,12 @@ impl<M: Model> Learner<M> {
             ));
         }
         if !xs.dtype().is_float() && xs.dtype() != self.state.dtype() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 op,
-                format!("xs must be floating point, got {:?}", xs.dtype()),
+                "xs",
+                crate::tensor::DType::FLOATS,
+                xs.dtype(),
+                format!("shape {:?}", xs.shape()),
             ));
         }
         Ok(xs.shape()[0])

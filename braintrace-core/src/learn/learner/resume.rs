@@ -75,8 +75,15 @@ impl<M: Model> Learner<M> {
             ));
         }
         if snap.dtype != own.dtype || state.dtype() != own.dtype {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 OP,
+                "snapshot",
+                [own.dtype],
+                if snap.dtype != own.dtype {
+                    snap.dtype
+                } else {
+                    state.dtype()
+                },
                 format!(
                     "saved as {:?} (model state {:?}); this learner is {:?}",
                     snap.dtype,
@@ -98,13 +105,12 @@ impl<M: Model> Learner<M> {
         }
         for (i, (s, o)) in snap.traces.iter().zip(&self.traces).enumerate() {
             if s.dtype() != o.dtype() {
-                return Err(Error::dtype(
+                return Err(Error::dtype_with(
                     OP,
-                    format!(
-                        "saved trace {i} is {:?}; the learner's is {:?}",
-                        s.dtype(),
-                        o.dtype()
-                    ),
+                    format!("saved trace {i}"),
+                    [o.dtype()],
+                    s.dtype(),
+                    "the saved trace's dtype is not the learner's",
                 ));
             }
             if s.shape() != o.shape() || s.is_symbolic() {

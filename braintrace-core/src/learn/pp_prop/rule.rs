@@ -68,11 +68,11 @@ impl PpRule {
             let ok = ys == grp.varshape.as_slice()
                 || (r.x_var.is_none() && grp.varshape.ends_with(ys));
             if !ok {
-                return Err(Error::shape(
+                return Err(Error::shapes(
                     "compile (pp_prop)",
-                    format!("y {ys:?} vs hidden group {:?}", grp.varshape),
+                    [ys, grp.varshape.as_slice()],
                     format!(
-                        "pp_prop needs the output of {} to have the hidden group's shape",
+                        "pp_prop needs the output y of {} (first) to have the hidden group's shape (second)",
                         r.primitive.name()
                     ),
                 ));

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::learn::{Learner, LearnerSnapshot, Model, TensorDict};
 use crate::nn::io::load_params_into;
 use crate::nn::optim::Optimizer;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 const TRACE: &str = "learner/trace/";
 const OWNED: &str = "learner/owned/";
@@ -98,13 +98,25 @@ impl Checkpoint {
         }
         let own_dtype = format!("{:?}", own.dtype());
         if label(DTYPE) != own_dtype {
-            return Err(Error::dtype(
-                OP,
-                format!(
-                    "the checkpoint was saved as {}, the learner is {own_dtype}",
-                    label(DTYPE)
+            let saved = [DType::F32, DType::F64, DType::I64, DType::Bool]
+                .into_iter()
+                .find(|d| format!("{d:?}") == label(DTYPE));
+            return Err(match saved {
+                Some(got) => Error::dtype_with(
+                    OP,
+                    "checkpoint",
+                    [own.dtype()],
+                    got,
+                    "the checkpoint's dtype is not the learner's",
                 ),
-            ));
+                None => Error::invalid(
+                    OP,
+                    format!(
+                        "the checkpoint was saved as {}, the learner is {own_dtype}",
+                        label(DTYPE)
+                    ),
+                ),
+            });
         }
         let own_algo = format!("{:?}", learner.algorithm());
         if label(ALGORITHM) != own_algo {

@@ -199,15 +199,12 @@ impl Primitive for Binary {
         crate::ops::check_arity(&n, inputs, 2)?;
         let (a, b) = (&inputs[0], &inputs[1]);
         if a.dtype() != b.dtype() {
-            return Err(Error::dtype(
+            return Err(Error::dtype_pair(
                 &n,
-                format!(
-                    "operands have dtypes {} and {} (shapes {:?} and {:?}); cast one first",
-                    a.dtype(),
-                    b.dtype(),
-                    a.shape(),
-                    b.shape()
-                ),
+                (a.dtype(), a.shape()),
+                (b.dtype(), b.shape()),
+                false,
+                "cast one first",
             ));
         }
         float_aval(&n, a)?;

@@ -115,9 +115,12 @@ impl Primitive for Select {
     fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
         crate::ops::check_arity("select", inputs, 3)?;
         if inputs[0].dtype() != DType::Bool {
-            return Err(Error::dtype(
+            return Err(Error::dtype_with(
                 "select",
-                format!("condition must be bool, got {}", inputs[0]),
+                "condition",
+                [DType::Bool],
+                inputs[0].dtype(),
+                format!("shape {:?}", inputs[0].shape()),
             ));
         }
         if inputs[0].shape() != inputs[1].shape() {

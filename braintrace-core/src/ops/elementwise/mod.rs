@@ -22,9 +22,12 @@ fn same_avals(op: &str, a: &Aval, b: &Aval) -> Result<()> {
         ));
     }
     if a.dtype() != b.dtype() {
-        return Err(Error::dtype(
+        return Err(Error::dtype_pair(
             op,
-            format!("operands have dtypes {} and {}", a.dtype(), b.dtype()),
+            (a.dtype(), a.shape()),
+            (b.dtype(), b.shape()),
+            false,
+            "",
         ));
     }
     Ok(())
@@ -34,9 +37,12 @@ fn float_aval(op: &str, a: &Aval) -> Result<()> {
     if a.dtype().is_float() {
         Ok(())
     } else {
-        Err(Error::dtype(
+        Err(Error::dtype_with(
             op,
-            format!("expected a float operand, got {a}"),
+            "operand",
+            DType::FLOATS,
+            a.dtype(),
+            format!("shape {:?}", a.shape()),
         ))
     }
 }

@@ -1,0 +1,330 @@
+//! Fusion: element-wise equations grouped into loops (which equations join
+//! which group, and each group's program of block operations).
+
+use super::*;
+
+/// The variables a step reads from the environment.
+pub(super) fn step_reads(step: &Step) -> Vec<VarId> {
+    match step {
+        Step::Eqn { inputs, .. } => inputs.iter().map(|&(v, _)| v).collect(),
+        Step::Fused(f) => f
+            .inputs
+            .iter()
+            .copied()
+            .chain(f.scalars.iter().chain(&f.rows).map(|&(v, _)| v))
+            .collect(),
+    }
+}
+
+// ---------------------------------------------------------------- grouping
+
+pub(super) struct Groups {
+    /// The equations of each group, in order.
+    pub(super) members: Vec<Vec<usize>>,
+    /// The group of each equation (`None`: not fused).
+    pub(super) of_eqn: Vec<Option<usize>>,
+}
+
+impl Groups {
+    pub(super) fn last_member(&self, k: usize) -> usize {
+        *self.members[k].last().expect("groups are never empty")
+    }
+}
+
+/// The element-wise kernel of equation `i` if it can be fused: one float
+/// output, at most [`MAX_ARITY`] operands of the output's dtype, each of
+/// the output's shape or a single element.
+pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
+    let e = &g.eqns[i];
+    let k = e.prim.elementwise()?;
+    if e.outputs.len() != 1 || e.inputs.len() != k.arity() || e.inputs.len() > MAX_ARITY {
+        return None;
+    }
+    let out = &g.avals[e.outputs[0]];
+    if !matches!(out.dtype(), DType::F32 | DType::F64) {
+        return None;
+    }
+    let (r, sh) = (out.ndim(), out.shape());
+    let ok = e.inputs.iter().all(|&v| {
+        let a = &g.avals[v];
+        // The output's shape, one element, or a trailing part of the
+        // output's shape (broadcast along the leading axes).
+        let row = a.ndim() < r && a.shape() == &sh[r - a.ndim()..];
+        a.dtype() == out.dtype() && (a.shape() == sh || a.size() == 1 || row)
+    });
+    ok.then_some(k)
+}
+
+/// The op of a binary element-wise primitive.
+pub(super) fn binary_op(p: &dyn Primitive) -> Option<BinaryOp> {
+    p.as_any().downcast_ref::<Binary>().map(|b| b.0)
+}
+
+/// How a fused loop runs a (not folded) equation of primitive `p`.
+pub(super) fn core_kind(p: &dyn Primitive) -> OpKind {
+    let any = p.as_any();
+    if let Some(u) = any.downcast_ref::<Unary>() {
+        OpKind::Unary(u.0)
+    } else if let Some(b) = any.downcast_ref::<Binary>() {
+        OpKind::Binary(b.0)
+    } else if let Some(s) = any.downcast_ref::<Scalar>() {
+        OpKind::Scalar(s.op, s.value)
+    } else if any.is::<Spike>() {
+        OpKind::Unary(UnaryOp::Step)
+    } else if let Some(g) = any.downcast_ref::<SurrogateGrad>() {
+        OpKind::Surrogate(g.0)
+    } else {
+        OpKind::Eqn
+    }
+}
+
+/// The factor of a `mul_scalar` primitive.
+pub(super) fn mul_scalar_of(p: &dyn Primitive) -> Option<f64> {
+    p.as_any()
+        .downcast_ref::<Scalar>()
+        .filter(|s| s.op == ScalarOp::Mul)
+        .map(|s| s.value)
+}
+
+pub(super) fn form_groups(g: &Graph) -> Groups {
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    let mut of_eqn = vec![None; g.eqns.len()];
+    let mut of_var: Vec<Option<usize>> = vec![None; g.avals.len()];
+    // The open group of each (shape, dtype): the one new equations join.
+    let mut open: HashMap<Aval, usize> = HashMap::new();
+    let mut closed = Vec::new();
+    for (i, e) in g.eqns.iter().enumerate() {
+        let mine = if fusable(g, i).is_some() {
+            let key = g.avals[e.outputs[0]].clone();
+            let k = match open.get(&key) {
+                Some(&k) => k,
+                None => {
+                    members.push(Vec::new());
+                    closed.push(false);
+                    open.insert(key, members.len() - 1);
+                    members.len() - 1
+                }
+            };
+            Some(k)
+        } else {
+            None
+        };
+        // A group whose value is read from outside runs before the reader:
+        // it can grow no further.
+        for &v in &e.inputs {
+            if let Some(k) = of_var[v] {
+                if Some(k) != mine && !closed[k] {
+                    closed[k] = true;
+                    open.retain(|_, &mut o| o != k);
+                }
+            }
+        }
+        if let Some(k) = mine {
+            members[k].push(i);
+            of_eqn[i] = Some(k);
+            of_var[e.outputs[0]] = Some(k);
+        }
+    }
+    Groups { members, of_eqn }
+}
+
+/// Lay out one group: operand sources, block buffers (reused once a value
+/// is dead within the group) and the values to materialise (written
+/// straight into their output buffers, and read back from there).
+pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
+    let out_aval = &g.avals[g.eqns[members[0]].outputs[0]];
+    let in_group: HashMap<VarId, usize> = members
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| (g.eqns[i].outputs[0], j))
+        .collect();
+    // A result is materialised when anything outside the group reads it.
+    let member_set: std::collections::HashSet<usize> = members.iter().copied().collect();
+    let mut read_outside = vec![false; g.avals.len()];
+    for (i, e) in g.eqns.iter().enumerate() {
+        if !member_set.contains(&i) {
+            for &v in &e.inputs {
+                read_outside[v] = true;
+            }
+        }
+    }
+    for &v in &g.outvars {
+        read_outside[v] = true;
+    }
+    // Pairs: a `mul` or `mul_scalar` whose result only an `add` of the
+    // group reads runs inside the add's loop (one pass over the block
+    // instead of two, and no buffer for the product).
+    let mut reads_in_group: HashMap<VarId, usize> = HashMap::new();
+    for &i in members {
+        for &v in &g.eqns[i].inputs {
+            *reads_in_group.entry(v).or_default() += 1;
+        }
+    }
+    let mut folded = vec![false; members.len()];
+    let mut pair: Vec<Option<(OpKind, Vec<VarId>)>> = vec![None; members.len()];
+    for (j, &i) in members.iter().enumerate() {
+        let e = &g.eqns[i];
+        if binary_op(e.prim.as_ref()) != Some(BinaryOp::Add) {
+            continue;
+        }
+        for (slot, &v) in e.inputs.iter().enumerate() {
+            let Some(&p) = in_group.get(&v) else {
+                continue;
+            };
+            if folded[p] || read_outside[v] || reads_in_group[&v] != 1 {
+                continue;
+            }
+            let pe = &g.eqns[members[p]];
+            let other = e.inputs[1 - slot];
+            let kind = match (binary_op(pe.prim.as_ref()), mul_scalar_of(pe.prim.as_ref())) {
+                (Some(BinaryOp::Mul), _) => {
+                    (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other])
+                }
+                (_, Some(s)) => (OpKind::ScaleAdd(s), vec![pe.inputs[0], other]),
+                _ => continue,
+            };
+            folded[p] = true;
+            pair[j] = Some(kind);
+            break;
+        }
+    }
+    // What each op reads: its equation's operands, or a pair's.
+    let reads: Vec<Vec<VarId>> = members
+        .iter()
+        .zip(&pair)
+        .map(|(&i, p)| match p {
+            Some((_, r)) => r.clone(),
+            None => g.eqns[i].inputs.clone(),
+        })
+        .collect();
+    // Last use (position in the group) of each value read inside it.
+    let mut last_in_group: HashMap<VarId, usize> = HashMap::new();
+    for (j, r) in reads.iter().enumerate() {
+        if !folded[j] {
+            for &v in r {
+                last_in_group.insert(v, j);
+            }
+        }
+    }
+    let mut inputs: Vec<VarId> = Vec::new();
+    // Broadcast operands first: their buffers are filled before the
+    // group's equations run on a block and live for the whole group, so no
+    // result may ever be written into them.
+    let mut scalars: Vec<(VarId, usize)> = Vec::new();
+    let mut rows: Vec<VarId> = Vec::new();
+    for &i in members {
+        for &v in &g.eqns[i].inputs {
+            let external = !in_group.contains_key(&v);
+            if external && g.avals[v].shape() != out_aval.shape() {
+                if g.avals[v].size() == 1 {
+                    if !scalars.iter().any(|&(w, _)| w == v) {
+                        scalars.push((v, scalars.len()));
+                    }
+                } else if !rows.contains(&v) {
+                    rows.push(v);
+                }
+            }
+        }
+    }
+    let rows: Vec<(VarId, usize)> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(k, v)| (v, scalars.len() + k))
+        .collect();
+    // Where each group value lives: a block buffer, or its output.
+    let mut loc_of: HashMap<VarId, Operand> = HashMap::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut nbufs = scalars.len() + rows.len();
+    let mut ops = Vec::new();
+    let mut outputs = Vec::new();
+    let mut names = Vec::new();
+    for (j, &i) in members.iter().enumerate() {
+        let e = &g.eqns[i];
+        names.push(e.prim.name());
+        if folded[j] {
+            continue;
+        }
+        let mut operands = Vec::new();
+        for &v in &reads[j] {
+            let op = if in_group.contains_key(&v) {
+                loc_of[&v]
+            } else if g.avals[v].shape() == out_aval.shape() {
+                let k = inputs.iter().position(|&w| w == v).unwrap_or_else(|| {
+                    inputs.push(v);
+                    inputs.len() - 1
+                });
+                Operand::Input(k)
+            } else {
+                let &(_, b) = scalars
+                    .iter()
+                    .chain(&rows)
+                    .find(|&&(w, _)| w == v)
+                    .expect("broadcast operands collected above");
+                Operand::Buf(b)
+            };
+            operands.push(op);
+        }
+        let out = e.outputs[0];
+        let dst = if read_outside[out] {
+            outputs.push(out);
+            Operand::Out(outputs.len() - 1)
+        } else {
+            // Taken before the operands' buffers are freed: a kernel
+            // never writes into its operand.
+            Operand::Buf(free.pop().unwrap_or_else(|| {
+                nbufs += 1;
+                nbufs - 1
+            }))
+        };
+        loc_of.insert(out, dst);
+        ops.push(FusedOp {
+            eqn: i,
+            kind: pair[j]
+                .as_ref()
+                .map_or_else(|| core_kind(g.eqns[i].prim.as_ref()), |p| p.0),
+            operands,
+            dst,
+        });
+        // Free the buffers of group values read for the last time here.
+        let mut dead: Vec<VarId> = reads[j]
+            .iter()
+            .copied()
+            .filter(|v| in_group.contains_key(v) && last_in_group.get(v) == Some(&j))
+            .collect();
+        if !last_in_group.contains_key(&out) {
+            dead.push(out);
+        }
+        dead.sort_unstable();
+        dead.dedup();
+        for v in dead {
+            if let Operand::Buf(b) = loc_of[&v] {
+                free.push(b);
+            }
+        }
+    }
+    let label = (format!("fused[{}]", names.join(",")), out_aval.to_string());
+    let mut f = Fused {
+        members: members.len(),
+        shape: out_aval.shape().to_vec(),
+        dtype: out_aval.dtype(),
+        size: out_aval.size(),
+        inputs,
+        scalars,
+        rows,
+        ops,
+        outputs,
+        nbufs,
+        label,
+        compiled: None,
+        constants_f32: Vec::new(),
+        constants_f64: Vec::new(),
+    };
+    f.compiled = codegen::compile(&f);
+    if f.compiled.is_some() {
+        match f.dtype {
+            DType::F64 => f.constants_f64 = codegen::constants(&f),
+            _ => f.constants_f32 = codegen::constants(&f),
+        }
+    }
+    f
+}
