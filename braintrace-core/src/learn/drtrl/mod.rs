@@ -12,6 +12,7 @@ pub(crate) use rule::DrtrlRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
+use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
 use crate::error::Result;
 use std::any::Any;
@@ -72,26 +73,14 @@ impl DRtrl {
 }
 
 impl OnlineAlgorithm for DRtrl {
-    fn name(&self) -> &'static str {
-        "d_rtrl"
-    }
-    fn type_name(&self) -> &'static str {
-        "DRtrl"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
+    algorithm_methods!(
+        DRtrl,
+        "d_rtrl",
+        |s: &Self| s.vjp_method,
+        |s: &Self| s.non_temporal
+    );
     fn in_step_paths(&self) -> InStepPaths {
         self.in_step_paths
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
     }
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         Ok(Box::new(rule::DrtrlRule::plan(self, eg, layout)?))

@@ -12,6 +12,7 @@ pub(crate) use rule::PpRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
+use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use std::any::Any;
@@ -115,26 +116,14 @@ pub fn rank_decay(r: usize) -> Result<f64> {
 }
 
 impl OnlineAlgorithm for PpProp {
-    fn name(&self) -> &'static str {
-        "pp_prop"
-    }
-    fn type_name(&self) -> &'static str {
-        "PpProp"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
+    algorithm_methods!(
+        PpProp,
+        "pp_prop",
+        |s: &Self| s.vjp_method,
+        |s: &Self| s.non_temporal
+    );
     fn in_step_paths(&self) -> InStepPaths {
         self.in_step_paths
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
     }
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         Ok(Box::new(rule::PpRule::plan(self, eg, layout)?))

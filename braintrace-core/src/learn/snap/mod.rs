@@ -23,6 +23,7 @@ mod one;
 use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
+use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use std::any::Any;
@@ -74,24 +75,12 @@ impl Default for SnAp {
 }
 
 impl OnlineAlgorithm for SnAp {
-    fn name(&self) -> &'static str {
-        "snap"
-    }
-    fn type_name(&self) -> &'static str {
-        "SnAp"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
-    }
+    algorithm_methods!(
+        SnAp,
+        "snap",
+        |s: &Self| s.vjp_method,
+        |s: &Self| s.non_temporal
+    );
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         // A configuration built by hand (the fields are public) is checked too.
         SnAp::new(self.n)?;

@@ -22,6 +22,7 @@ mod state;
 use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
+use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -116,24 +117,12 @@ fn check_eps(eps: f64) -> Result<()> {
 }
 
 impl OnlineAlgorithm for Uoro {
-    fn name(&self) -> &'static str {
-        "uoro"
-    }
-    fn type_name(&self) -> &'static str {
-        "Uoro"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.non_temporal
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
-    }
+    algorithm_methods!(
+        Uoro,
+        "uoro",
+        |s: &Self| s.vjp_method,
+        |s: &Self| s.non_temporal
+    );
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         check_eps(self.eps)?;
         Ok(Box::new(rule::UoroRule::plan(self, eg, layout)?))
@@ -154,24 +143,12 @@ impl From<Uoro> for Algorithm {
 pub struct RandomProjection(pub Uoro);
 
 impl OnlineAlgorithm for RandomProjection {
-    fn name(&self) -> &'static str {
-        "random_projection"
-    }
-    fn type_name(&self) -> &'static str {
-        "RandomProjection"
-    }
-    fn vjp_method(&self) -> VjpMethod {
-        self.0.vjp_method
-    }
-    fn non_temporal(&self) -> NonTemporal {
-        self.0.non_temporal
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn same(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<Self>() == Some(self)
-    }
+    algorithm_methods!(
+        RandomProjection,
+        "random_projection",
+        |s: &Self| s.0.vjp_method,
+        |s: &Self| s.0.non_temporal
+    );
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         self.0.plan(eg, layout)
     }
