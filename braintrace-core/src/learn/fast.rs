@@ -29,7 +29,7 @@
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
-use crate::kernels::trace::{run, Blocked, Dims, Loop, SpDims, SparseIdx, Stored};
+use crate::kernels::trace::{run, Blocked, Dims, Loop, SpDims, SparseIdx, Storage, Stored, TraceBuf};
 use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, DType, Tensor};
 use std::collections::BTreeMap;
@@ -104,8 +104,10 @@ pub(crate) struct FastTrace {
     /// The trace. Dense: `(B?, I?, O·S)`, each row of `O` outputs × `S`
     /// states laid out as [`Blocked`] says (the learner's public layout is
     /// `(B?, I?, O, S)`; the two are the same for one state per neuron).
-    /// Sparse weight: the public layout `(B?, nnz, S)`.
-    pub data: ArrayData,
+    /// Sparse weight: the public layout `(B?, nnz, S)`. Stored in the
+    /// algorithm's trace precision (`trace_dtype`), computed with in the
+    /// gradient's dtype.
+    pub data: TraceBuf,
     /// A dense trace row's layout (`n` outputs, `k = S` states).
     row: Blocked,
     /// The gradient accumulated since the last `take_grad`, shaped like the
@@ -175,7 +177,9 @@ fn contiguous_t(t: &Tensor, dt: DType) -> Result<Tensor> {
 impl FastTrace {
     /// The buffer of trainable `key` of a relation run by `kernel`:
     /// `trace_shape` in the public layout, `param_shape` the parameter's,
-    /// `index` the relation's trainables' parameter indices.
+    /// `dtype` the model's (the gradient's and the kernels' arithmetic),
+    /// `storage` the trace's, `index` the relation's trainables' parameter
+    /// indices.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_leaf(
         kernel: &TraceKernel,
@@ -184,10 +188,21 @@ impl FastTrace {
         trace_shape: &[usize],
         param_shape: &[usize],
         dtype: DType,
+        storage: Storage,
         params: &Params,
         index: &BTreeMap<String, usize>,
     ) -> Result<Self> {
         let op = "D-RTRL fused kernel";
+        if !storage.fits(dtype) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} traces for a {} model: f64 models keep f64 or f32 traces, f32 models f32 or bf16",
+                    storage.name(),
+                    dtype.name()
+                ),
+            ));
+        }
         let own = *index
             .get(key)
             .ok_or_else(|| Error::invalid(op, format!("no trainable `{key}`")))?;
@@ -204,7 +219,7 @@ impl FastTrace {
         let hook = scale_fn(kernel, &role, params)?;
         let mut t = FastTrace {
             has_input: has_x && role != Role::Bias,
-            data: zeros(dtype, &row_shape(trace_shape))?,
+            data: TraceBuf::zeros(storage, &row_shape(trace_shape)),
             row: Blocked {
                 n: trace_shape
                     .get(trace_shape.len().wrapping_sub(2))
@@ -238,7 +253,7 @@ impl FastTrace {
                     n_in: st.shape.0,
                 }));
                 // The public layout: one entry's states side by side.
-                t.data = zeros(dtype, trace_shape)?;
+                t.data = TraceBuf::zeros(storage, trace_shape);
             }
             (FusedKind::Lora, Role::LoraA | Role::LoraB) => {
                 let TraceKernel::Lora {
@@ -282,7 +297,7 @@ impl FastTrace {
                 let (ks, positions) = if role == Role::Bias {
                     let o = *param_shape.first().ok_or_else(bad)?;
                     let p = trace_shape[2..n - 1].iter().product::<usize>();
-                    t.data = zeros(dtype, &[b, o * p * st])?;
+                    t.data = TraceBuf::zeros(storage, &[b, o * p * st]);
                     t.row = Blocked { n: o * p, k: st };
                     t.grad = zeros(dtype, &[o * p])?;
                     (Vec::new(), p)
@@ -290,7 +305,7 @@ impl FastTrace {
                     let d = param_shape.len().checked_sub(2).ok_or_else(bad)?;
                     let (o, cu) = (param_shape[0], param_shape[1..].iter().product::<usize>());
                     let p = trace_shape[1..1 + d].iter().product::<usize>();
-                    t.data = zeros(dtype, &[b, p, cu, o * st])?;
+                    t.data = TraceBuf::zeros(storage, &[b, p, cu, o * st]);
                     t.row = Blocked { n: o, k: st };
                     t.grad = zeros(dtype, &[cu, o])?;
                     (param_shape[2..].to_vec(), p)
@@ -317,7 +332,7 @@ impl FastTrace {
         if same {
             return Ok(());
         }
-        let dt = self.data.dtype();
+        let dt = self.grad.dtype();
         let scale = match &self.hook {
             Some(f) => {
                 let dv = f.derivative(&cur[0])?;
@@ -361,28 +376,21 @@ impl FastTrace {
 
     /// Zero the trace.
     pub(crate) fn reset(&mut self) -> Result<()> {
-        match &mut self.data {
-            ArrayData::F32(a) => a.fill(0.0),
-            ArrayData::F64(a) => a.fill(0.0),
-            _ => {
-                return Err(Error::dtype(
-                    "D-RTRL fused dense kernel",
-                    "traces must be f32 or f64",
-                ))
-            }
-        }
+        self.data.fill_zero();
         Ok(())
     }
-    /// The trace as a tensor (a copy) in the public layout `(B?, I?, O, S)`.
+    /// The trace as a tensor (a copy; bf16 widened to f32) in the public
+    /// layout `(B?, I?, O, S)`.
     pub(crate) fn tensor(&self) -> Tensor {
+        let data = self.data.widened();
         if self.sparse.is_some() {
-            return Tensor::from_data(self.data.clone());
+            return Tensor::from_data(data);
         }
         // The rows in the public order: (.., n, S).
         let mut shape = self.data.shape().to_vec();
         shape.pop();
         shape.extend([self.row.n, self.row.k]);
-        let rows = Tensor::from_data(self.row.moved(&self.data, false, &shape));
+        let rows = Tensor::from_data(self.row.moved(&data, false, &shape));
         match &self.conv {
             // Weight (B, P, CU, O, S) -> (B, P, O, CU, S) = (B, so.., O, C, ks.., S).
             Some(cv) if self.has_input => rows
@@ -515,7 +523,7 @@ impl FastTrace {
         }
         let (o, s) = (dshape[dshape.len() - 3], dshape[dshape.len() - 1]);
         let batch: usize = dshape[..dshape.len() - 3].iter().product();
-        let dt = self.data.dtype();
+        let dt = self.grad.dtype();
         // LoRA `lora_a`: the input is `α (x b_fn(B))`.
         let lora_x;
         let x = match (&self.lora, x) {

@@ -30,6 +30,7 @@ mod kernel_check;
 mod learner;
 mod nonfinite;
 mod pp_fast;
+mod precision;
 mod program;
 mod rows;
 mod shared;
@@ -56,6 +57,7 @@ pub use diagnostics::{Diagnostic, DiagnosticKind, Level};
 pub use learner::{compile, EtraceGrads, Learner};
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
+pub use precision::TraceDType;
 pub use state::{
     float_dtype, float_input, join_path, step_values, HiddenInfo, Init, Model, ModelState,
     ParamInfo, StepCtx, TensorDict,

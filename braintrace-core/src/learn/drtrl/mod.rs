@@ -11,6 +11,7 @@ use super::algorithm::{
     Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
+use super::precision::TraceDType;
 use crate::error::Result;
 use std::any::Any;
 use std::sync::Arc;
@@ -28,6 +29,9 @@ pub struct DRtrl {
     /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
     /// through its registered rules. Default `true`; same numbers either way.
     pub fast_paths: bool,
+    /// The precision the traces are kept in (default: the model's); see
+    /// [`TraceDType`] for what is allowed and its accuracy.
+    pub trace_dtype: TraceDType,
 }
 
 impl Default for DRtrl {
@@ -36,6 +40,7 @@ impl Default for DRtrl {
             vjp_method: VjpMethod::SingleStep,
             non_temporal: NonTemporal::InStep,
             fast_paths: true,
+            trace_dtype: TraceDType::Model,
         }
     }
 }
@@ -54,6 +59,19 @@ impl DRtrl {
     /// With this treatment of non-temporal parameters.
     pub fn non_temporal(mut self, n: NonTemporal) -> Self {
         self.non_temporal = n;
+        self
+    }
+    /// With the traces kept in this precision (braintrace's `trace_dtype`):
+    /// `F32` for an f64 model, `BF16` for an f32 one halve the traces'
+    /// memory and the fused kernels' traffic (see [`TraceDType`]).
+    ///
+    /// ```
+    /// use braintrace_core::learn::{DRtrl, TraceDType};
+    /// let algo = DRtrl::default().trace_dtype(TraceDType::BF16);
+    /// assert_eq!(algo.trace_dtype, TraceDType::BF16);
+    /// ```
+    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
+        self.trace_dtype = t;
         self
     }
 }

@@ -11,6 +11,7 @@ use super::algorithm::{
     Algorithm, Layout, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
 use super::compiler::EtraceGraph;
+use super::precision::TraceDType;
 use crate::error::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ pub struct PpProp {
     /// steps stacked along the batch axis) instead of one `xy_to_dw` per
     /// step (on by default; the same sums, added in another order).
     pub fast_paths: bool,
+    /// The precision the traces are kept in (default: the model's; `F32`
+    /// for an f64 model; `BF16` is refused, see [`TraceDType`]).
+    pub trace_dtype: TraceDType,
 }
 
 impl PpProp {
@@ -61,6 +65,7 @@ impl PpProp {
             vjp_method: VjpMethod::SingleStep,
             non_temporal: NonTemporal::InStep,
             fast_paths: true,
+            trace_dtype: TraceDType::Model,
         })
     }
     /// With the fused weight-gradient accumulation on or off (see
@@ -77,6 +82,12 @@ impl PpProp {
     /// With this treatment of non-temporal parameters.
     pub fn non_temporal(mut self, n: NonTemporal) -> Self {
         self.non_temporal = n;
+        self
+    }
+    /// With the traces kept in this precision (braintrace's `trace_dtype`;
+    /// see [`TraceDType`]: pp_prop honours `F32` and refuses `BF16`).
+    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
+        self.trace_dtype = t;
         self
     }
     /// The bias correction of call `n` (counted from 0): `max(1 − α_f^{n+1}, 1e−8)`
