@@ -82,7 +82,10 @@ fn f32_traces_of_an_f64_model_are_within_the_rounding_bound() {
         assert!(rel_err(&full, &want) < 1e-9, "{name}: f64 traces vs golden");
         let (narrow, _) = run(&name, &v, DType::F64, TraceDType::F32);
         let e = rel_err(&narrow, &want);
-        println!("{name}: f64 model, f32 traces: relative gradient error {e:.2e} (T {t}, bound {:.2e})", t as f64 * U_F32);
+        println!(
+            "{name}: f64 model, f32 traces: relative gradient error {e:.2e} (T {t}, bound {:.2e})",
+            t as f64 * U_F32
+        );
         assert!(e <= t as f64 * U_F32, "{name}: {e:e} over T·2⁻²⁴");
         // The f32 traces are in effect: an error far above f64's rounding.
         assert!(e > 1e-12, "{name}: {e:e}: traces not rounded to f32?");
@@ -102,7 +105,10 @@ fn bf16_traces_of_an_f32_model_cost_what_the_bound_says() {
         );
         assert!(e16 <= t as f64 * U_BF16, "{name}: bf16 {e16:e} over T·2⁻⁹");
         // bf16 in effect: well above f32's own error.
-        assert!(e16 > 4.0 * e32 && e16 > 1e-5, "{name}: bf16 {e16:e} vs f32 {e32:e}");
+        assert!(
+            e16 > 4.0 * e32 && e16 > 1e-5,
+            "{name}: bf16 {e16:e} vs f32 {e32:e}"
+        );
         worst = (worst.0.max(e32), worst.1.max(e16));
     }
     println!(
@@ -132,7 +138,10 @@ fn pp_prop_honours_f32_traces_and_refuses_bf16() {
 }
 
 /// A small GRU with one `etrace_grad` of 12 steps, in `dt`, with `algo`.
-fn gru_grads(dt: DType, algo: impl Into<braintrace::learn::Algorithm>) -> braintrace::Result<TensorDict> {
+fn gru_grads(
+    dt: DType,
+    algo: impl Into<braintrace::learn::Algorithm>,
+) -> braintrace::Result<TensorDict> {
     let (b, n_in, n_rec, n_out, t) = (3, 4, 6, 2, 12);
     let model = GruNet::new(n_in, n_rec, n_out);
     let state = ModelState::new(&model, dt, 4, Some(b))?;
@@ -147,7 +156,9 @@ fn the_rule_path_honours_f32_and_refuses_bf16() {
     let full = gru_grads(DType::F64, DRtrl::default().fast_paths(false)).unwrap();
     let rules = gru_grads(
         DType::F64,
-        DRtrl::default().fast_paths(false).trace_dtype(TraceDType::F32),
+        DRtrl::default()
+            .fast_paths(false)
+            .trace_dtype(TraceDType::F32),
     )
     .unwrap();
     let fused = gru_grads(DType::F64, DRtrl::default().trace_dtype(TraceDType::F32)).unwrap();
@@ -156,16 +167,24 @@ fn the_rule_path_honours_f32_and_refuses_bf16() {
     assert!(ef <= 12.0 * U_F32 && ef > 1e-12, "fused: {ef:e}");
     let err = gru_grads(
         DType::F32,
-        DRtrl::default().fast_paths(false).trace_dtype(TraceDType::BF16),
+        DRtrl::default()
+            .fast_paths(false)
+            .trace_dtype(TraceDType::BF16),
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("bf16") && err.contains("fused trace kernel"), "{err}");
+    assert!(
+        err.contains("bf16") && err.contains("fused trace kernel"),
+        "{err}"
+    );
 }
 
 #[test]
 fn trace_dtypes_that_do_not_fit_the_model_are_refused() {
-    for (dt, trace) in [(DType::F32, TraceDType::F64), (DType::F64, TraceDType::BF16)] {
+    for (dt, trace) in [
+        (DType::F32, TraceDType::F64),
+        (DType::F64, TraceDType::BF16),
+    ] {
         for algo in [
             braintrace::learn::Algorithm::from(DRtrl::default().trace_dtype(trace)),
             PpProp::new(0.5).unwrap().trace_dtype(trace).into(),
@@ -193,7 +212,8 @@ fn public_traces_read_out_widened() {
         Some(b),
     )
     .unwrap();
-    l.update(&draw(&[b, n_in], 3).cast(DType::F32).unwrap()).unwrap();
+    l.update(&draw(&[b, n_in], 3).cast(DType::F32).unwrap())
+        .unwrap();
     let traces = l.traces();
     assert!(!traces.is_empty());
     for tr in &traces {

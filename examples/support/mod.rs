@@ -34,6 +34,24 @@ impl Algo {
     }
 }
 
+/// The precision of the eligibility traces (`trace_dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TracePrecision {
+    /// The model's (f32).
+    Model,
+    /// bfloat16: half the trace memory and bandwidth (D-RTRL only).
+    Bf16,
+}
+
+impl TracePrecision {
+    pub fn dtype(self) -> braintrace::learn::TraceDType {
+        match self {
+            TracePrecision::Model => braintrace::learn::TraceDType::Model,
+            TracePrecision::Bf16 => braintrace::learn::TraceDType::BF16,
+        }
+    }
+}
+
 /// Options every training example takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -43,6 +61,9 @@ pub struct Common {
     /// Decay of pp_prop's traces (with `--algo pp-prop`).
     #[arg(long, default_value_t = 0.9)]
     pub pp_decay: f64,
+    /// Precision of the eligibility traces.
+    #[arg(long, value_enum, default_value_t = TracePrecision::Model)]
+    pub trace_dtype: TracePrecision,
     /// Number of recurrent units (default: the example's).
     #[arg(long)]
     pub hidden: Option<usize>,
@@ -86,6 +107,7 @@ pub struct Config {
     pub name: &'static str,
     pub algo: Algo,
     pub pp_decay: f64,
+    pub trace_dtype: TracePrecision,
     pub hidden: usize,
     pub steps: usize,
     pub batch: usize,
@@ -102,6 +124,7 @@ impl Common {
             name: d.name,
             algo: self.algo.unwrap_or(d.algo),
             pp_decay: self.pp_decay,
+            trace_dtype: self.trace_dtype,
             hidden: self.hidden.unwrap_or(d.hidden),
             steps: self
                 .steps
@@ -261,14 +284,18 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
             state,
             // InStep is the default (the readout learns); spelled out because
             // braintrace's `Zero` would leave the readout untrained.
-            DRtrl::default().non_temporal(NonTemporal::InStep),
+            DRtrl::default()
+                .non_temporal(NonTemporal::InStep)
+                .trace_dtype(cfg.trace_dtype.dtype()),
             &x0,
             Some(cfg.batch),
         ),
         Algo::PpProp => compile(
             model,
             state,
-            PpProp::new(cfg.pp_decay)?.non_temporal(NonTemporal::InStep),
+            PpProp::new(cfg.pp_decay)?
+                .non_temporal(NonTemporal::InStep)
+                .trace_dtype(cfg.trace_dtype.dtype()),
             &x0,
             Some(cfg.batch),
         ),

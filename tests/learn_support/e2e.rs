@@ -436,8 +436,12 @@ fn variant<M: Model>(
         .set_params(&cast(dict(field(o, "weights", "case")?, "weights")?)?)
         .map_err(e)?;
     let init_h = cast(dict(field(o, "initial_hidden", "case")?, "initial_hidden")?)?;
-    let xs = array(field(o, "xs", "case")?, "xs")?.cast(var.dtype).map_err(e)?;
-    let ys = array(field(o, "ys", "case")?, "ys")?.cast(var.dtype).map_err(e)?;
+    let xs = array(field(o, "xs", "case")?, "xs")?
+        .cast(var.dtype)
+        .map_err(e)?;
+    let ys = array(field(o, "ys", "case")?, "ys")?
+        .cast(var.dtype)
+        .map_err(e)?;
     let x0 = xs.index_axis0(0).map_err(e)?;
     let mut learner: Learner<M> =
         compile(model, state, algo, &x0.zeros_like(), Some(b)).map_err(e)?;

@@ -29,7 +29,9 @@
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
-use crate::kernels::trace::{run, Blocked, Dims, Loop, SpDims, SparseIdx, Storage, Stored, TraceBuf};
+use crate::kernels::trace::{
+    run, Blocked, Dims, Loop, SpDims, SparseIdx, Storage, Stored, TraceBuf,
+};
 use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, DType, Tensor};
 use std::collections::BTreeMap;
@@ -372,6 +374,11 @@ impl FastTrace {
             grad_map,
         };
         Ok(())
+    }
+
+    /// The trace buffer's size in bytes.
+    pub(crate) fn trace_bytes(&self) -> usize {
+        self.data.shape().iter().product::<usize>() * self.data.storage().size_bytes()
     }
 
     /// Zero the trace.

@@ -35,6 +35,7 @@ mod program;
 mod rows;
 mod shared;
 mod state;
+mod work;
 
 /// The algorithms: each a module of its own (its configuration type, its
 /// trace rule and learner-side state), registered by one line here (see

@@ -182,6 +182,13 @@ impl TraceState for DrtrlState {
         Ok(())
     }
 
+    fn trace_bytes(&self) -> usize {
+        self.fast
+            .iter()
+            .flat_map(|f| f.leaves.iter().map(|(_, t)| t.trace_bytes()))
+            .sum()
+    }
+
     fn tensors(&self) -> Vec<Tensor> {
         self.fast
             .iter()
