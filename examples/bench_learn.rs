@@ -400,6 +400,10 @@ impl Model for LeakyNet {
 
 #[derive(Clone, Debug)]
 struct Config {
+    /// Threads (`None`: the library's choice, called from the main thread).
+    threads: Option<usize>,
+    /// The D-RTRL traces' precision (`model`, `f32`, `bf16`).
+    trace_dtype: String,
     model: String,
     algo: String,
     n_rec: usize,
@@ -434,7 +438,10 @@ struct Args {
     profile: bool,
     explain: bool,
     no_plan: bool,
-    threads: usize,
+    /// Per entry: a thread count, or `None` for the library's own choice.
+    threads: Vec<Option<usize>>,
+    trace_dtypes: Vec<String>,
+    rounds: usize,
     floor: bool,
 }
 
@@ -454,7 +461,7 @@ const MODELS: [&str; 10] = [
 
 const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,conv,gru_macro,gru_macro_rules,lif_syn,alif,<cell>[_ce]] [--algo d_rtrl,pp_prop,snap1,snap2,<any Algorithm::by_name name>] \
 [--n-rec 128,512] [--batch 16,64] [--T 100] [--budget-s 20] [--runs 3] [--chunk 0] [--generic] [--in-process]
-       [--profile] [--explain] [--no-plan] [--threads 1] [--floor]
+       [--profile] [--explain] [--no-plan] [--threads 1|auto] [--trace-dtype model] [--rounds 1] [--floor]
   every filter takes a value or a comma-separated list;
   --budget-s: time budget per configuration's timed calls (0 = none);
   --runs: at most this many timed runs (median reported);
@@ -472,6 +479,14 @@ const USAGE: &str = "usage: bench_learn [--model gru,lif,gru_tanh,sparse,lora,co
                MATMUL_NUM_THREADS; default 1, to compare with a reference
                pinned to one core); with more than one, the learner runs on
                the pool's threads, the others kept awake (threads::keep_awake);
+               `auto`: nothing set, the learner called from the main thread
+               on the global pool of all cores, as a user's program does (the
+               library decides where to split, see threads::Auto); a list
+               (`auto,1,2`) runs each size with each, one after the other;
+  --trace-dtype model|f32|bf16: the D-RTRL traces' precision (trace_dtype;
+               a list runs each);
+  --rounds R: run the whole grid R times, one row per configuration and
+              round (alternating configurations over the minutes of a run);
   --floor: for gru and lif, also time the floor (examples/floor: D-RTRL's
            trace-bandwidth loop, pp_prop's matrix products) for as many
            steps after each timed run, and report it (floor,
@@ -506,7 +521,9 @@ fn parse_args() -> std::result::Result<Args, String> {
         profile: false,
         explain: false,
         no_plan: false,
-        threads: 1,
+        threads: vec![Some(1)],
+        trace_dtypes: vec!["model".into()],
+        rounds: 1,
         floor: false,
     };
     let mut it = std::env::args().skip(1);
@@ -535,8 +552,21 @@ fn parse_args() -> std::result::Result<Args, String> {
             }
             "--threads" => {
                 a.threads = value()?
+                    .split(',')
+                    .map(|v| match v.trim() {
+                        "auto" => Ok(None),
+                        n => n
+                            .parse()
+                            .map(Some)
+                            .map_err(|_| format!("--threads: `{n}` is not a count nor auto")),
+                    })
+                    .collect::<std::result::Result<_, _>>()?
+            }
+            "--trace-dtype" => a.trace_dtypes = list(&flag, &value()?)?,
+            "--rounds" => {
+                a.rounds = value()?
                     .parse()
-                    .map_err(|_| "--threads: not an unsigned integer".to_string())?
+                    .map_err(|_| "--rounds: not an unsigned integer".to_string())?
             }
             "--generic" => a.generic = true,
             "--child" => a.child = true,
@@ -573,8 +603,19 @@ fn parse_args() -> std::result::Result<Args, String> {
     if a.models.iter().any(|m| m == "conv") && a.n_recs.iter().any(|n| n % N_IN != 0) {
         return Err(format!("--model conv needs --n-rec a multiple of {N_IN}"));
     }
-    if a.n_recs.contains(&0) || a.batches.contains(&0) || a.ts.contains(&0) || a.threads == 0 {
-        return Err("--n-rec, --batch, --T and --threads must be positive".into());
+    if a.n_recs.contains(&0)
+        || a.batches.contains(&0)
+        || a.ts.contains(&0)
+        || a.threads.contains(&Some(0))
+        || a.rounds == 0
+    {
+        return Err("--n-rec, --batch, --T, --threads and --rounds must be positive".into());
+    }
+    for t in &a.trace_dtypes {
+        trace_dtype(t)?;
+    }
+    if a.in_process && a.threads.len() > 1 {
+        return Err("--in-process runs one thread setting".into());
     }
     Ok(a)
 }
@@ -586,18 +627,24 @@ fn configs(a: &Args) -> Vec<Config> {
             for &n_rec in &a.n_recs {
                 for &batch in &a.batches {
                     for &t in &a.ts {
-                        v.push(Config {
-                            model: model.clone(),
-                            algo: algo.clone(),
-                            n_rec,
-                            batch,
-                            t,
-                            chunk: a.chunk,
-                            generic: a.generic,
-                            profile: a.profile,
-                            explain: a.explain,
-                            floor: a.floor,
-                        });
+                        for tdt in &a.trace_dtypes {
+                            for &threads in &a.threads {
+                                v.push(Config {
+                                    model: model.clone(),
+                                    algo: algo.clone(),
+                                    n_rec,
+                                    batch,
+                                    t,
+                                    chunk: a.chunk,
+                                    generic: a.generic,
+                                    profile: a.profile,
+                                    explain: a.explain,
+                                    floor: a.floor,
+                                    threads,
+                                    trace_dtype: tdt.clone(),
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -702,6 +749,8 @@ struct Measured {
     first_call_ms: f64,
     steps_timed: usize,
     runs: usize,
+    /// The learner's estimate of a step's work (`Learner::work`).
+    work: braintrace::threads::Work,
 }
 
 fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
@@ -810,6 +859,10 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
             .fast_paths(!cfg.generic)
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)
+            .trace_dtype(
+                trace_dtype(&cfg.trace_dtype)
+                    .map_err(|e| braintrace::Error::invalid("bench_learn", e))?,
+            )
             .into(),
         "snap1" | "snap2" => SnAp::new(if cfg.algo == "snap1" { 1 } else { 2 })?
             .non_temporal(NonTemporal::Zero)
@@ -914,6 +967,7 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
         compile_ms,
         first_call_ms: first.wall * 1e3,
         steps_timed: steps,
+        work: learner.work(),
     })
 }
 
@@ -1033,7 +1087,13 @@ fn run_config(cfg: &Config, budget_s: f64, runs: usize) -> Result<serde_json::Va
         "first_call_ms": round(m.first_call_ms, 2),
         "chunk": cfg.chunk,
         "fast_paths": cfg.algo == "d_rtrl" && !cfg.generic,
-        "threads": std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()),
+        "threads": cfg.threads.map_or_else(|| "auto".into(), serde_json::Value::from),
+        "pool_threads": rayon::current_num_threads(),
+        "work_trace_mb": round(m.work.trace_bytes as f64 / 1e6, 2),
+        "work_mmacs": round(m.work.macs as f64 / 1e6, 2),
+        "work_est_ms": round(m.work.estimate_ns() / 1e6, 3),
+        "auto_splits": m.work.splits(),
+        "trace_dtype": cfg.trace_dtype,
     });
     if let Some(f) = m.floor {
         let vs = f
@@ -1076,6 +1136,10 @@ fn child_args(cfg: &Config, budget_s: f64, runs: usize) -> Vec<String> {
         runs.to_string(),
         "--chunk".into(),
         cfg.chunk.to_string(),
+        "--threads".into(),
+        cfg.threads.map_or("auto".into(), |n| n.to_string()),
+        "--trace-dtype".into(),
+        cfg.trace_dtype.clone(),
     ];
     if cfg.generic {
         v.push("--generic".into());
@@ -1155,11 +1219,32 @@ fn print_table(rows: &[serde_json::Value]) {
 /// threads without handing it over from outside the pool, or waking a
 /// sleeping thread, each time; see "Threads" in the book's online-learning
 /// chapter.
+///
+/// With `--threads auto` it runs `f` on the calling thread: the library
+/// decides.
 fn in_pool(
+    cfg: &Config,
     f: impl FnOnce() -> Result<serde_json::Value> + Send,
 ) -> Result<serde_json::Value, String> {
     let run = || f().map_err(|e| e.to_string());
+    if cfg.threads.is_none() {
+        return run();
+    }
     braintrace::threads::keep_awake(run)
+}
+
+/// `--trace-dtype`'s value.
+fn trace_dtype(s: &str) -> std::result::Result<braintrace::learn::TraceDType, String> {
+    use braintrace::learn::TraceDType;
+    match s {
+        "model" => Ok(TraceDType::Model),
+        "f32" => Ok(TraceDType::F32),
+        "bf16" => Ok(TraceDType::BF16),
+        "f64" => Ok(TraceDType::F64),
+        other => Err(format!(
+            "--trace-dtype: `{other}` is not model, f32, bf16 or f64"
+        )),
+    }
 }
 
 fn main() {
@@ -1170,10 +1255,12 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if !args.child {
-        // Before any thread pool exists; child processes inherit them.
-        std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
-        std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string());
+    if args.child || args.in_process {
+        // Before any thread pool exists (a child runs one setting).
+        if let Some(n) = args.threads[0] {
+            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+            std::env::set_var("MATMUL_NUM_THREADS", n.to_string());
+        }
     }
     let cfgs = configs(&args);
     if args.no_plan {
@@ -1185,7 +1272,7 @@ fn main() {
             eprintln!("--child needs exactly one configuration");
             std::process::exit(2);
         };
-        let r = in_pool(|| run_config(cfg, args.budget_s, args.runs));
+        let r = in_pool(cfg, || run_config(cfg, args.budget_s, args.runs));
         match r {
             Ok(v) => println!("{v}"),
             Err(e) => {
@@ -1208,14 +1295,17 @@ fn main() {
     );
     let mut rows = Vec::new();
     let mut failed = 0;
-    for cfg in &cfgs {
+    for (round, cfg) in (0..args.rounds).flat_map(|r| cfgs.iter().map(move |c| (r, c))) {
         let r = if args.in_process {
-            in_pool(|| run_config(cfg, args.budget_s, args.runs))
+            in_pool(cfg, || run_config(cfg, args.budget_s, args.runs))
         } else {
             spawn(cfg, args.budget_s, args.runs)
         };
         match r {
-            Ok(v) => {
+            Ok(mut v) => {
+                if args.rounds > 1 {
+                    v["round"] = round.into();
+                }
                 println!("{v}");
                 rows.push(v);
             }

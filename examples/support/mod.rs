@@ -53,6 +53,24 @@ impl From<Paths> for InStepPaths {
     }
 }
 
+/// The precision of the eligibility traces (`trace_dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TracePrecision {
+    /// The model's (f32).
+    Model,
+    /// bfloat16: half the trace memory and bandwidth (D-RTRL only).
+    Bf16,
+}
+
+impl TracePrecision {
+    pub fn dtype(self) -> braintrace::learn::TraceDType {
+        match self {
+            TracePrecision::Model => braintrace::learn::TraceDType::Model,
+            TracePrecision::Bf16 => braintrace::learn::TraceDType::BF16,
+        }
+    }
+}
+
 /// Options every training example takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -66,6 +84,9 @@ pub struct Common {
     /// Decay of pp_prop's traces (with `--algo pp-prop`).
     #[arg(long, default_value_t = 0.9)]
     pub pp_decay: f64,
+    /// Precision of the eligibility traces.
+    #[arg(long, value_enum, default_value_t = TracePrecision::Model)]
+    pub trace_dtype: TracePrecision,
     /// Number of recurrent units (default: the example's).
     #[arg(long)]
     pub hidden: Option<usize>,
@@ -110,6 +131,7 @@ pub struct Config {
     pub algo: Algo,
     pub in_step_paths: InStepPaths,
     pub pp_decay: f64,
+    pub trace_dtype: TracePrecision,
     pub hidden: usize,
     pub steps: usize,
     pub batch: usize,
@@ -127,6 +149,7 @@ impl Common {
             algo: self.algo.unwrap_or(d.algo),
             in_step_paths: self.in_step_paths.into(),
             pp_decay: self.pp_decay,
+            trace_dtype: self.trace_dtype,
             hidden: self.hidden.unwrap_or(d.hidden),
             steps: self
                 .steps
@@ -288,7 +311,8 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
             // braintrace's `Zero` would leave the readout untrained.
             DRtrl::default()
                 .non_temporal(NonTemporal::InStep)
-                .in_step_paths(cfg.in_step_paths),
+                .in_step_paths(cfg.in_step_paths)
+                .trace_dtype(cfg.trace_dtype.dtype()),
             &x0,
             Some(cfg.batch),
         ),
@@ -297,7 +321,8 @@ pub fn make_learner<M: Model>(model: M, cfg: &Config, n_in: usize) -> Result<Lea
             state,
             PpProp::new(cfg.pp_decay)?
                 .non_temporal(NonTemporal::InStep)
-                .in_step_paths(cfg.in_step_paths),
+                .in_step_paths(cfg.in_step_paths)
+                .trace_dtype(cfg.trace_dtype.dtype()),
             &x0,
             Some(cfg.batch),
         ),

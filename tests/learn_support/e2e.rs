@@ -146,6 +146,37 @@ fn warning_kind(w: &str) -> R<DiagnosticKind> {
 }
 
 /// Check one e2e case; returns every failure.
+/// Another precision for [`etrace_variant`]: the model's dtype and the
+/// traces'.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub dtype: DType,
+    pub trace: braintrace::learn::TraceDType,
+}
+
+thread_local! {
+    /// The variant [`etrace_variant`] runs (none: the golden check).
+    static VARIANT: std::cell::Cell<Option<Variant>> = const { std::cell::Cell::new(None) };
+    /// Its result: the gradients got (in the variant) and the golden ones.
+    static GOT: std::cell::RefCell<Option<(TensorDict, TensorDict)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run case `file`'s `etrace_grad` with the model in `var.dtype` and the
+/// traces in `var.trace` (D-RTRL and pp_prop cases), the case's weights,
+/// hidden states and sequences cast to it; returns the gradients (in f64)
+/// and the golden ones. No BPTT or graph check.
+pub fn etrace_variant(file: &str, v: &Value, var: Variant) -> R<(TensorDict, TensorDict)> {
+    VARIANT.set(Some(var));
+    let mut fails = Vec::new();
+    let r = run(file, v, &Algorithms::default(), &mut fails);
+    VARIANT.set(None);
+    r?;
+    if !fails.is_empty() {
+        return Err(fails.join("; "));
+    }
+    GOT.take().ok_or_else(|| format!("{file}: no gradients"))
+}
+
 pub fn check_e2e(file: &str, v: &Value) -> Vec<String> {
     check_e2e_with(file, v, &Algorithms::default())
 }
@@ -265,6 +296,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
             .vjp_method(vjp)
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(InStepPaths::Twice)
+            .trace_dtype(VARIANT.get().map(|v| v.trace).unwrap_or_default())
             .into(),
         "pp_prop" | "ES_D_RTRL" => {
             let p = match opts.get("decay_or_rank") {
@@ -287,6 +319,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
             p.vjp_method(vjp)
                 .non_temporal(NonTemporal::Zero)
                 .in_step_paths(InStepPaths::Twice)
+                .trace_dtype(VARIANT.get().map(|v| v.trace).unwrap_or_default())
                 .into()
         }
         "SnAp" => {
@@ -381,6 +414,9 @@ pub(super) fn check_model<M: Model>(
     fails: &mut Vec<String>,
 ) -> R<()> {
     let e = |e: braintrace::Error| e.to_string();
+    if let Some(var) = VARIANT.get() {
+        return variant(model, o, algo, b, var);
+    }
     let mut state = ModelState::new(&model, DType::F64, 0, Some(b)).map_err(e)?;
     let weights = dict(field(o, "weights", "case")?, "weights")?;
     let declared: Vec<String> = state.param_infos().iter().map(|p| p.key.clone()).collect();
@@ -476,6 +512,51 @@ pub(super) fn check_model<M: Model>(
             rw.len()
         ));
     }
+    Ok(())
+}
+
+/// [`check_model`] for [`etrace_variant`].
+fn variant<M: Model>(
+    model: M,
+    o: &Map<String, Value>,
+    algo: Algorithm,
+    b: usize,
+    var: Variant,
+) -> R<()> {
+    let e = |e: braintrace::Error| e.to_string();
+    let cast = |d: TensorDict| -> R<TensorDict> {
+        d.into_iter()
+            .map(|(k, t)| Ok((k, t.cast(var.dtype).map_err(e)?)))
+            .collect()
+    };
+    let mut state = ModelState::new(&model, var.dtype, 0, Some(b)).map_err(e)?;
+    state
+        .set_params(&cast(dict(field(o, "weights", "case")?, "weights")?)?)
+        .map_err(e)?;
+    let init_h = cast(dict(field(o, "initial_hidden", "case")?, "initial_hidden")?)?;
+    let xs = array(field(o, "xs", "case")?, "xs")?
+        .cast(var.dtype)
+        .map_err(e)?;
+    let ys = array(field(o, "ys", "case")?, "ys")?
+        .cast(var.dtype)
+        .map_err(e)?;
+    let x0 = xs.index_axis0(0).map_err(e)?;
+    let mut learner: Learner<M> =
+        compile(model, state, algo, &x0.zeros_like(), Some(b)).map_err(e)?;
+    for (k, t) in &init_h {
+        learner.state_mut().set_hidden(k, t).map_err(e)?;
+    }
+    let out = learner
+        .etrace_grad(&xs, &ys, mse, Reduction::Mean)
+        .map_err(e)?;
+    let et = obj(field(o, "etrace", "case")?, "etrace")?;
+    let want = dict(field(et, "grads", "etrace")?, "etrace.grads")?;
+    let got = out
+        .grads
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.cast(DType::F64).map_err(e)?)))
+        .collect::<R<TensorDict>>()?;
+    GOT.set(Some((got, want)));
     Ok(())
 }
 

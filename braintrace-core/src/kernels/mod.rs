@@ -79,17 +79,17 @@ pub(crate) fn without_avx512<R>(f: impl FnOnce() -> R) -> R {
 /// and LIF's D-RTRL trace kernel ran 4× slower.
 macro_rules! avx2_dispatch {
     (avx512: $($rest:tt)*) => { $crate::kernels::avx2_dispatch!(@emit true, $($rest)*); };
-    (@emit $wider:literal, $(#[$m:meta])* $vis:vis fn $name:ident $(<$T:ident: $B:path>)? ($($a:ident: $t:ty),* $(,)?) => $body_fn:ident) => {
+    (@emit $wider:literal, $(#[$m:meta])* $vis:vis fn $name:ident $(<$($T:ident: $B:path),+>)? ($($a:ident: $t:ty),* $(,)?) => $body_fn:ident) => {
         $(#[$m])*
-        $vis fn $name $(<$T: $B>)? ($($a: $t),*) {
+        $vis fn $name $(<$($T: $B),+>)? ($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512dq,avx512bw")]
-                fn wider $(<$T: $B>)? ($($a: $t),*) {
+                fn wider $(<$($T: $B),+>)? ($($a: $t),*) {
                     $body_fn($($a),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                fn wide $(<$T: $B>)? ($($a: $t),*) {
+                fn wide $(<$($T: $B),+>)? ($($a: $t),*) {
                     $body_fn($($a),*)
                 }
                 if $wider && $crate::kernels::has_avx512() {

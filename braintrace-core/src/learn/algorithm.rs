@@ -401,4 +401,9 @@ pub(crate) trait TraceState: Send + Sync {
             ))
         }
     }
+    /// Bytes of the owned traces (a step streams each once): part of the
+    /// learner's work estimate ([`crate::threads::Work`]).
+    fn trace_bytes(&self) -> usize {
+        0
+    }
 }

@@ -29,7 +29,9 @@
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
-use crate::kernels::trace::{run, Blocked, Dims, Loop, SpDims, SparseIdx, Stored};
+use crate::kernels::trace::{
+    run, Blocked, Dims, Loop, SpDims, SparseIdx, Storage, Stored, TraceBuf,
+};
 use crate::prims::CsrStructure;
 use crate::tensor::{to_standard, ArrayData, DType, Tensor};
 use std::collections::BTreeMap;
@@ -104,8 +106,10 @@ pub(crate) struct FastTrace {
     /// The trace. Dense: `(B?, I?, O·S)`, each row of `O` outputs × `S`
     /// states laid out as [`Blocked`] says (the learner's public layout is
     /// `(B?, I?, O, S)`; the two are the same for one state per neuron).
-    /// Sparse weight: the public layout `(B?, nnz, S)`.
-    pub data: ArrayData,
+    /// Sparse weight: the public layout `(B?, nnz, S)`. Stored in the
+    /// algorithm's trace precision (`trace_dtype`), computed with in the
+    /// gradient's dtype.
+    pub data: TraceBuf,
     /// A dense trace row's layout (`n` outputs, `k = S` states).
     row: Blocked,
     /// The gradient accumulated since the last `take_grad`, shaped like the
@@ -178,7 +182,9 @@ fn contiguous_t(t: &Tensor, dt: DType) -> Result<Tensor> {
 impl FastTrace {
     /// The buffer of trainable `key` of a relation run by `kernel`:
     /// `trace_shape` in the public layout, `param_shape` the parameter's,
-    /// `index` the relation's trainables' parameter indices.
+    /// `dtype` the model's (the gradient's and the kernels' arithmetic),
+    /// `storage` the trace's, `index` the relation's trainables' parameter
+    /// indices.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_leaf(
         kernel: &TraceKernel,
@@ -187,10 +193,21 @@ impl FastTrace {
         trace_shape: &[usize],
         param_shape: &[usize],
         dtype: DType,
+        storage: Storage,
         params: &Params,
         index: &BTreeMap<String, usize>,
     ) -> Result<Self> {
         let op = "D-RTRL fused kernel";
+        if !storage.fits(dtype) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} traces for a {} model: f64 models keep f64 or f32 traces, f32 models f32 or bf16",
+                    storage.name(),
+                    dtype.name()
+                ),
+            ));
+        }
         let own = *index
             .get(key)
             .ok_or_else(|| Error::invalid(op, format!("no trainable `{key}`")))?;
@@ -207,7 +224,7 @@ impl FastTrace {
         let hook = scale_fn(kernel, &role, params)?;
         let mut t = FastTrace {
             has_input: has_x && role != Role::Bias,
-            data: zeros(dtype, &row_shape(trace_shape))?,
+            data: TraceBuf::zeros(storage, &row_shape(trace_shape)),
             row: Blocked {
                 n: trace_shape
                     .get(trace_shape.len().wrapping_sub(2))
@@ -241,7 +258,7 @@ impl FastTrace {
                     n_in: st.shape.0,
                 }));
                 // The public layout: one entry's states side by side.
-                t.data = zeros(dtype, trace_shape)?;
+                t.data = TraceBuf::zeros(storage, trace_shape);
             }
             (FusedKind::Lora, Role::LoraA | Role::LoraB) => {
                 let TraceKernel::Lora {
@@ -285,7 +302,7 @@ impl FastTrace {
                 let (ks, positions) = if role == Role::Bias {
                     let o = *param_shape.first().ok_or_else(bad)?;
                     let p = trace_shape[2..n - 1].iter().product::<usize>();
-                    t.data = zeros(dtype, &[b, o * p * st])?;
+                    t.data = TraceBuf::zeros(storage, &[b, o * p * st]);
                     t.row = Blocked { n: o * p, k: st };
                     t.grad = zeros(dtype, &[o * p])?;
                     (Vec::new(), p)
@@ -293,7 +310,7 @@ impl FastTrace {
                     let d = param_shape.len().checked_sub(2).ok_or_else(bad)?;
                     let (o, cu) = (param_shape[0], param_shape[1..].iter().product::<usize>());
                     let p = trace_shape[1..1 + d].iter().product::<usize>();
-                    t.data = zeros(dtype, &[b, p, cu, o * st])?;
+                    t.data = TraceBuf::zeros(storage, &[b, p, cu, o * st]);
                     t.row = Blocked { n: o, k: st };
                     t.grad = zeros(dtype, &[cu, o])?;
                     (param_shape[2..].to_vec(), p)
@@ -320,7 +337,7 @@ impl FastTrace {
         if same {
             return Ok(());
         }
-        let dt = self.data.dtype();
+        let dt = self.grad.dtype();
         let scale = match &self.hook {
             Some(f) => {
                 let dv = f.derivative(&cur[0])?;
@@ -362,33 +379,28 @@ impl FastTrace {
         Ok(())
     }
 
+    /// The trace buffer's size in bytes.
+    pub(crate) fn trace_bytes(&self) -> usize {
+        self.data.shape().iter().product::<usize>() * self.data.storage().size_bytes()
+    }
+
     /// Zero the trace.
     pub(crate) fn reset(&mut self) -> Result<()> {
-        match &mut self.data {
-            ArrayData::F32(a) => a.fill(0.0),
-            ArrayData::F64(a) => a.fill(0.0),
-            other => {
-                return Err(Error::dtype_with(
-                    "D-RTRL fused dense kernel",
-                    "the trace",
-                    DType::FLOATS,
-                    other.dtype(),
-                    format!("shape {:?}", other.shape()),
-                ))
-            }
-        }
+        self.data.fill_zero();
         Ok(())
     }
-    /// The trace as a tensor (a copy) in the public layout `(B?, I?, O, S)`.
+    /// The trace as a tensor (a copy; bf16 widened to f32) in the public
+    /// layout `(B?, I?, O, S)`.
     pub(crate) fn tensor(&self) -> Tensor {
+        let data = self.data.widened();
         if self.sparse.is_some() {
-            return Tensor::from_data(self.data.clone());
+            return Tensor::from_data(data);
         }
         // The rows in the public order: (.., n, S).
         let mut shape = self.data.shape().to_vec();
         shape.pop();
         shape.extend([self.row.n, self.row.k]);
-        let rows = Tensor::from_data(self.row.moved(&self.data, false, &shape));
+        let rows = Tensor::from_data(self.row.moved(&data, false, &shape));
         match &self.conv {
             // Weight (B, P, CU, O, S) -> (B, P, O, CU, S) = (B, so.., O, C, ks.., S).
             Some(cv) if self.has_input => rows
@@ -402,18 +414,19 @@ impl FastTrace {
             None => rows,
         }
     }
-    /// The trace buffer as it is kept (a copy), for a checkpoint.
+    /// The trace buffer as it is kept (a copy; bf16 widened to f32,
+    /// exactly), for a checkpoint.
     pub(crate) fn raw(&self) -> Tensor {
-        Tensor::from_data(self.data.clone())
+        Tensor::from_data(self.data.widened())
     }
     /// Whether `r` fits [`raw`](Self::raw)'s shape and dtype (`i`: the
     /// trace's position, for the message).
     pub(crate) fn check_raw(&self, i: usize, r: &Tensor) -> Result<()> {
-        if r.dtype() != self.data.dtype() {
+        if r.dtype() != self.data.widened_dtype() {
             return Err(Error::dtype_with(
                 "Learner::resume",
                 format!("saved fused trace {i}"),
-                [self.data.dtype()],
+                [self.data.widened_dtype()],
                 r.dtype(),
                 "the saved trace's dtype is not the learner's",
             ));
@@ -429,7 +442,11 @@ impl FastTrace {
     }
     /// Replace the trace buffer by `r` (checked by [`check_raw`](Self::check_raw)).
     pub(crate) fn set_raw(&mut self, r: &Tensor) -> Result<()> {
-        self.data = r.data_for("Learner::resume")?.clone();
+        self.data = TraceBuf::from_widened(
+            self.data.storage(),
+            r.data_for("Learner::resume")?,
+            "Learner::resume",
+        )?;
         Ok(())
     }
     /// Zero the gradient accumulator, dropping its contents.
@@ -547,7 +564,7 @@ impl FastTrace {
         }
         let (o, s) = (dshape[dshape.len() - 3], dshape[dshape.len() - 1]);
         let batch: usize = dshape[..dshape.len() - 3].iter().product();
-        let dt = self.data.dtype();
+        let dt = self.grad.dtype();
         // LoRA `lora_a`: the input is `α (x b_fn(B))`.
         let lora_x;
         let x = match (&self.lora, x) {

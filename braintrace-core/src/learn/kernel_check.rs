@@ -403,6 +403,7 @@ fn compare(
             aval.shape(),
             c.weights[key].shape(),
             DType::F64,
+            crate::kernels::trace::Storage::F64,
             params,
             &index,
         )

@@ -50,6 +50,8 @@ pub struct Learner<M: Model> {
     step: Option<driver::StepCache>,
     /// How many times `etrace_grad` traced and staged its step program.
     step_traces: usize,
+    /// One step's estimated work: who runs it ([`crate::threads::Work`]).
+    work: crate::threads::Work,
 }
 
 /// Compile `model` for online learning with `algorithm`.
@@ -88,6 +90,7 @@ pub fn compile<M: Model>(
     let program = Arc::new(Program::new(eg, algorithm)?);
     let traces = program.rule.zeros();
     let owned = program.rule.state(&state)?;
+    let work = super::work::step_work(&program.eg, &state, &traces, owned.as_ref());
     let forward = make_forward(
         program.clone(),
         state.param_values().len(),
@@ -104,6 +107,7 @@ pub fn compile<M: Model>(
         input_aval: x.aval(),
         step: None,
         step_traces: 0,
+        work,
     })
 }
 
@@ -212,8 +216,18 @@ impl<M: Model> Learner<M> {
         Ok(Forward::from_flat(outs, hidden.len(), traces.len()))
     }
 
+    /// One step's estimated work, from which the learner chooses its
+    /// threads (see [`crate::threads`]).
+    pub fn work(&self) -> crate::threads::Work {
+        self.work
+    }
+
     /// One online step: the model's output; hidden states and traces advance.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
+        crate::threads::auto(self.work, || self.update_here(x))
+    }
+
+    fn update_here(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
         let f = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
         // The forward program (where errors surface) has run; the

@@ -35,11 +35,13 @@ mod kernel_check;
 mod learner;
 mod nonfinite;
 mod pp_fast;
+mod precision;
 mod program;
 mod report;
 mod rows;
 mod shared;
 mod state;
+mod work;
 
 /// The algorithms: each a module of its own (its configuration type, its
 /// trace rule and learner-side state), registered by one line here (see
@@ -76,6 +78,7 @@ pub use learner::{
 };
 pub use nonfinite::{check_finite, first_non_finite, NonFinite};
 pub use pp_fast::pp_chunk_rows;
+pub use precision::TraceDType;
 pub use report::{CompilationReport, ReportCounts};
 pub use state::{
     float_dtype, float_input, join_path, step_values, HiddenInfo, Init, Model, ModelState,

@@ -7,6 +7,7 @@
 
 mod dense;
 mod sparse;
+mod store;
 #[cfg(test)]
 mod tests;
 
@@ -16,6 +17,7 @@ use num_traits::Float;
 
 pub(crate) use dense::fused;
 pub(crate) use sparse::{sparse_fused, SpDims, SparseIdx};
+pub(crate) use store::{Storage, Store, TraceBuf};
 
 /// When, relative to the trace update, the gradient is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,39 +215,50 @@ pub(crate) struct Stored<'a> {
     pub(crate) scale: Option<&'a ArrayData>,
 }
 
-/// Run `kernel` on the trace `e` and the gradient `grad`, in their dtype.
+/// Run `kernel` on the trace `e` and the gradient `grad`: in the
+/// gradient's dtype (the model's), the trace loaded from and rounded to its
+/// storage type ([`Store`]).
 pub(crate) fn run(
     kernel: Loop<'_>,
-    e: &mut ArrayData,
+    e: &mut TraceBuf,
     grad: &mut ArrayData,
     ops: Stored<'_>,
     solve: Solve,
     threads: usize,
 ) -> Result<()> {
-    match e.dtype() {
-        DType::F32 => run_typed::<f32>(kernel, e, grad, ops, solve, threads),
-        DType::F64 => run_typed::<f64>(kernel, e, grad, ops, solve, threads),
-        d => Err(Error::dtype_with(
+    match (grad.dtype(), e.storage()) {
+        (DType::F32, Storage::F32) => run_typed::<f32, f32>(kernel, e, grad, ops, solve, threads),
+        (DType::F64, Storage::F64) => run_typed::<f64, f64>(kernel, e, grad, ops, solve, threads),
+        (DType::F64, Storage::F32) => run_typed::<f64, f32>(kernel, e, grad, ops, solve, threads),
+        (DType::F32, Storage::Bf16) => {
+            run_typed::<f32, half::bf16>(kernel, e, grad, ops, solve, threads)
+        }
+        (dt, st) => Err(Error::dtype_with(
             kernel.name(),
-            "the trace",
+            "the model (gradient)",
             DType::FLOATS,
-            d,
-            format!("shape {:?}", e.shape()),
+            dt,
+            format!(
+                "{} traces cannot be computed with in {} (f64 models keep f64 or f32 traces, f32 models f32 or bf16)",
+                st.name(),
+                dt.name()
+            ),
         )),
     }
 }
 
-/// [`run`] in `T`: the operands borrowed as `T` slices, then the loop.
-pub(crate) fn run_typed<'o, T: KernelFloat>(
+/// [`run`] in `T` with traces stored as `E`: the operands borrowed as `T`
+/// slices, then the loop.
+pub(crate) fn run_typed<'o, T: KernelFloat, E: Store<T>>(
     kernel: Loop<'_>,
-    e: &mut ArrayData,
+    e: &mut TraceBuf,
     grad: &mut ArrayData,
     ops: Stored<'o>,
     solve: Solve,
     threads: usize,
 ) -> Result<()> {
     let name = kernel.name();
-    let (e, grad) = (slice_mut::<T>(name, e)?, slice_mut::<T>(name, grad)?);
+    let (e, grad) = (e.slice_mut::<E>(name)?, slice_mut::<T>(name, grad)?);
     let borrow = |a: &'o ArrayData| slice::<T>(name, a);
     // Tiny operands flushed as the traces are (see `flush`): copies, only
     // when an operand has a tiny element.

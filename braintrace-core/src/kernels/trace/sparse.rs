@@ -2,8 +2,7 @@
 //! entry of a fixed CSR structure, gathered by the entry's output column.
 
 use super::dense::split_rows;
-use super::{flush, Operands, Solve};
-use num_traits::Float;
+use super::{KernelFloat, Operands, Solve, Store};
 
 /// A sparse weight's structure, as the kernel reads it.
 #[derive(Debug)]
@@ -29,10 +28,10 @@ pub(crate) struct SpDims {
 /// `grad`: `(nnz,)`; `x`: `(batch, n_in)`; `d`: `(batch, o, s, s)`; `df`,
 /// `g`: `(batch, o, s)`; `scale`: `(nnz,)`. Stored entries are split into
 /// blocks across `threads` as [`fused`] splits input rows.
-pub(crate) fn sparse_fused<T: Float + Send + Sync>(
+pub(crate) fn sparse_fused<T: KernelFloat, E: Store<T>>(
     dims: SpDims,
     sp: &SparseIdx,
-    e: &mut [T],
+    e: &mut [E],
     grad: &mut [T],
     ops: Operands<'_, T>,
     solve: Solve,
@@ -64,13 +63,13 @@ pub(crate) fn sparse_fused<T: Float + Send + Sync>(
 }
 
 /// The stored entries `p0..p0 + grad.len()` of every sample.
-pub(crate) fn sparse_block<T: Float>(
+pub(crate) fn sparse_block<T: KernelFloat, E: Store<T>>(
     dims: SpDims,
     sp: &SparseIdx,
     ops: Operands<'_, T>,
     solve: Solve,
     p0: usize,
-    part: Vec<&mut [T]>,
+    part: Vec<&mut [E]>,
     grad: &mut [T],
 ) {
     let SpDims { n_in, o: no, s, .. } = dims;
@@ -78,6 +77,7 @@ pub(crate) fn sparse_block<T: Float>(
     let (rows, cols) = (&sp.rows[p0..p0 + n], &sp.cols[p0..p0 + n]);
     let scale = ops.scale.map(|sc| &sc[p0..p0 + n]);
     let mut new = vec![T::zero(); s];
+    let mut cur = vec![T::zero(); s];
     for (b, piece) in part.into_iter().enumerate() {
         let db = &ops.d[b * no * s * s..(b + 1) * no * s * s];
         let dfb = &ops.df[b * no * s..(b + 1) * no * s];
@@ -91,13 +91,13 @@ pub(crate) fn sparse_block<T: Float>(
                     Some(sc) => xr * dfb[c] * sc[j],
                     None => xr * dfb[c],
                 };
-                let old = *ev;
-                let v = flush(db[c] * old + inst);
+                let old = ev.load();
+                let v = E::flush(db[c] * old + inst);
                 if let Some(gb) = gb {
                     let src = if solve == Solve::Before { old } else { v };
                     *gr = *gr + gb[c] * src;
                 }
-                *ev = v;
+                *ev = E::store(v);
             }
             continue;
         }
@@ -106,24 +106,29 @@ pub(crate) fn sparse_block<T: Float>(
             let xr = xb.map_or(T::one(), |x| x[rows[j]]);
             let dm = &db[c * s * s..(c + 1) * s * s];
             let fv = &dfb[c * s..(c + 1) * s];
+            for (cv, &ev) in cur.iter_mut().zip(ep.iter()) {
+                *cv = ev.load();
+            }
             for (a, nv) in new.iter_mut().enumerate() {
                 let mut v = T::zero();
-                for (cc, &ev) in ep.iter().enumerate() {
+                for (cc, &ev) in cur.iter().enumerate() {
                     v = v + dm[a * s + cc] * ev;
                 }
                 let inst = match scale {
                     Some(sc) => xr * fv[a] * sc[j],
                     None => xr * fv[a],
                 };
-                *nv = flush(v + inst);
+                *nv = E::flush(v + inst);
             }
             if let Some(gb) = gb {
-                let src: &[T] = if solve == Solve::Before { ep } else { &new };
+                let src: &[T] = if solve == Solve::Before { &cur } else { &new };
                 for (&gv, &v) in gb[c * s..(c + 1) * s].iter().zip(src) {
                     *gr = *gr + gv * v;
                 }
             }
-            ep.copy_from_slice(&new);
+            for (ev, &v) in ep.iter_mut().zip(&new) {
+                *ev = E::store(v);
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::learn::algorithm::TraceState;
 use crate::learn::compiler::Relation;
 use crate::etp::TraceKernel;
+use crate::kernels::trace::Storage;
 use crate::learn::fast::{FastTrace, Solve};
 use crate::tensor::{Aval, Tensor};
 use std::collections::BTreeMap;
@@ -66,12 +67,14 @@ impl DrtrlState {
     }
 
     /// The zero traces of relation `rel`'s pair with group `group` run by
-    /// `kind`; `keys` its trace keys and public avals.
+    /// `kind`; `keys` its trace keys and public avals (in the model's
+    /// dtype), stored as `storage`.
     pub(super) fn pair(
         kind: TraceKernel,
         rel: &Relation,
         group: usize,
         keys: &[(String, Aval)],
+        storage: Storage,
         params: &[Tensor],
     ) -> Result<FastPair> {
         let index: BTreeMap<String, usize> = rel
@@ -102,6 +105,7 @@ impl DrtrlState {
                     aval.shape(),
                     &pshape,
                     aval.dtype(),
+                    storage,
                     &rel.params,
                     &index,
                 )?,
@@ -176,6 +180,13 @@ impl TraceState for DrtrlState {
             }
         }
         Ok(())
+    }
+
+    fn trace_bytes(&self) -> usize {
+        self.fast
+            .iter()
+            .flat_map(|f| f.leaves.iter().map(|(_, t)| t.trace_bytes()))
+            .sum()
     }
 
     fn tensors(&self) -> Vec<Tensor> {

@@ -14,6 +14,7 @@ use super::algorithm::{
 };
 use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
+use super::precision::TraceDType;
 use crate::error::Result;
 use std::any::Any;
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct DRtrl {
     /// see [`TraceKernel`](crate::etp::TraceKernel)); `false` runs every relation
     /// through its registered rules. Default `true`; same numbers either way.
     pub fast_paths: bool,
+    /// The precision the traces are kept in (default: the model's); see
+    /// [`TraceDType`] for what is allowed and its accuracy.
+    pub trace_dtype: TraceDType,
 }
 
 impl Default for DRtrl {
@@ -43,6 +47,7 @@ impl Default for DRtrl {
             non_temporal: NonTemporal::InStep,
             in_step_paths: InStepPaths::default(),
             fast_paths: true,
+            trace_dtype: TraceDType::Model,
         }
     }
 }
@@ -68,6 +73,19 @@ impl DRtrl {
     /// default).
     pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
         self.in_step_paths = p;
+        self
+    }
+    /// With the traces kept in this precision (braintrace's `trace_dtype`):
+    /// `F32` for an f64 model, `BF16` for an f32 one halve the traces'
+    /// memory and the fused kernels' traffic (see [`TraceDType`]).
+    ///
+    /// ```
+    /// use braintrace_core::learn::{DRtrl, TraceDType};
+    /// let algo = DRtrl::default().trace_dtype(TraceDType::BF16);
+    /// assert_eq!(algo.trace_dtype, TraceDType::BF16);
+    /// ```
+    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
+        self.trace_dtype = t;
         self
     }
 }

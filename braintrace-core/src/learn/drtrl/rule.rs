@@ -18,7 +18,8 @@ use crate::learn::algorithm::{
 use crate::learn::compiler::{EtraceGraph, Relation};
 use crate::learn::shared::{add_maps, last, reduce_to, stack_last, weights};
 use crate::learn::state::ModelState;
-use crate::tensor::{Aval, Tensor};
+use crate::kernels::trace::Storage;
+use crate::tensor::{Aval, DType, Tensor};
 use crate::transform::vmap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,11 +34,25 @@ pub(crate) struct DrtrlRule {
     /// (its traces then live in the learner, not in the program).
     fast: Vec<bool>,
     multi: bool,
+    /// The model's dtype: the rules' arithmetic and the fused kernels'.
+    model_dtype: DType,
+    /// The dtype of the traces the program carries (the rule path's
+    /// `trace_dtype`: the model's or f32).
+    program_dtype: DType,
+    /// How the fused kernels' traces are stored (`trace_dtype`).
+    storage: Storage,
 }
 
 impl DrtrlRule {
     pub(crate) fn plan(algo: &DRtrl, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
         let g = eg.graph();
+        let op = "D-RTRL trace_dtype";
+        let model_dtype = eg
+            .relations()
+            .first()
+            .map_or(crate::tensor::DType::F32, |r| g.aval(r.y_var).dtype());
+        let storage = algo.trace_dtype.storage(op, model_dtype)?;
+        let mut program_dtype = model_dtype;
         let mut keys_all = Vec::with_capacity(layout.pairs.len());
         let mut fast = Vec::with_capacity(layout.pairs.len());
         for pair in &layout.pairs {
@@ -55,6 +70,11 @@ impl DrtrlRule {
             fast.push(kernel.is_some_and(|k| {
                 crate::learn::fast::shapes_fit(&k, xa, &grp.varshape, s, &keys, &weights, &r.params)
             }));
+            if !fast.last().copied().unwrap_or(false) {
+                program_dtype =
+                    algo.trace_dtype
+                        .program_dtype(op, r.primitive.name(), model_dtype)?;
+            }
             keys_all.push(keys);
         }
         Ok(DrtrlRule {
@@ -63,22 +83,28 @@ impl DrtrlRule {
             keys: keys_all,
             fast,
             multi: algo.vjp_method == VjpMethod::MultiStep,
+            model_dtype,
+            program_dtype,
+            storage,
         })
     }
 
     /// Split the flat D-RTRL traces into one map per pair (empty for the
-    /// pairs the fused kernels run).
-    fn drtrl_maps(&self, traces: &[Tensor]) -> Vec<TensorMap> {
+    /// pairs the fused kernels run), in the model's dtype.
+    fn drtrl_maps(&self, traces: &[Tensor]) -> Result<Vec<TensorMap>> {
         let mut it = traces.iter();
         self.keys
             .iter()
             .zip(&self.fast)
             .map(|(keys, &fast)| {
                 if fast {
-                    return TensorMap::new();
+                    return Ok(TensorMap::new());
                 }
                 keys.iter()
-                    .map(|(k, _)| (k.clone(), it.next().expect("layout").clone()))
+                    .map(|(k, _)| {
+                        let t = it.next().expect("layout");
+                        Ok((k.clone(), t.cast(self.model_dtype)?))
+                    })
                     .collect()
             })
             .collect()
@@ -95,7 +121,7 @@ impl DrtrlRule {
         dfs: &[Tensor],
         xs: &HashMap<VarId, Tensor>,
     ) -> Result<Vec<Tensor>> {
-        let maps = self.drtrl_maps(traces);
+        let maps = self.drtrl_maps(traces)?;
         let mut out = Vec::with_capacity(traces.len());
         for (pi, pair) in self.pairs.iter().enumerate() {
             if self.fast[pi] {
@@ -150,7 +176,8 @@ impl DrtrlRule {
                         ),
                     ));
                 }
-                out.push(new.cast(old.dtype())?);
+                // Stored in the program's trace dtype (`trace_dtype`).
+                out.push(new.cast(self.program_dtype)?);
             }
         }
         Ok(out)
@@ -162,7 +189,7 @@ impl DrtrlRule {
         traces: &[Tensor],
         signals: &[Tensor],
     ) -> Result<Vec<(usize, Tensor)>> {
-        let maps = self.drtrl_maps(traces);
+        let maps = self.drtrl_maps(traces)?;
         let mut out = Vec::new();
         for (pi, pair) in self.pairs.iter().enumerate() {
             if self.fast[pi] {
@@ -200,7 +227,10 @@ impl TraceRule for DrtrlRule {
             .iter()
             .zip(&self.fast)
             .filter(|(_, &f)| !f)
-            .flat_map(|(keys, _)| keys.iter().map(|(_, a)| Tensor::zeros_aval(a)))
+            .flat_map(|(keys, _)| {
+                keys.iter()
+                    .map(|(_, a)| Tensor::zeros(a.shape(), self.program_dtype))
+            })
             .collect()
     }
 
@@ -219,6 +249,7 @@ impl TraceRule for DrtrlRule {
                 rel,
                 pair.group,
                 &self.keys[pi],
+                self.storage,
                 state.param_values(),
             )?);
         }

@@ -142,6 +142,20 @@ impl<M: Model> Learner<M> {
         L: Fn(&Tensor, &[Tensor]) -> Result<R>,
         R: StepLoss,
     {
+        crate::threads::auto(self.work, || self.etrace_grad_here(xs, ys, loss, opts))
+    }
+
+    fn etrace_grad_here<L, R>(
+        &mut self,
+        xs: &Tensor,
+        ys: &[Tensor],
+        loss: L,
+        opts: &EtraceOpts,
+    ) -> Result<EtraceOut>
+    where
+        L: Fn(&Tensor, &[Tensor]) -> Result<R>,
+        R: StepLoss,
+    {
         let t_len = self.check_inputs(xs, ys)?;
         let k = opts.window("etrace_grad", t_len)?;
         let multi = self.program.algo.vjp_method() == VjpMethod::MultiStep;

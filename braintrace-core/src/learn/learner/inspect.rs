@@ -106,6 +106,7 @@ impl<M: Model> Learner<M> {
         let program = Arc::new(Program::new(eg, self.program.algo.clone())?);
         let traces = program.rule.zeros();
         let owned = program.rule.state(&state)?;
+        let work = super::super::work::step_work(&program.eg, &state, &traces, owned.as_ref());
         let forward = make_forward(
             program.clone(),
             state.param_values().len(),
@@ -115,6 +116,7 @@ impl<M: Model> Learner<M> {
         self.program = program;
         self.traces = traces;
         self.owned = owned;
+        self.work = work;
         self.forward = Jit::new(forward);
         self.input_aval = x.aval();
         self.step = None;

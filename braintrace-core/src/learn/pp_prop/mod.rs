@@ -14,6 +14,7 @@ use super::algorithm::{
 };
 use super::boilerplate::algorithm_methods;
 use super::compiler::EtraceGraph;
+use super::precision::TraceDType;
 use crate::error::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -39,6 +40,9 @@ pub struct PpProp {
     /// steps stacked along the batch axis) instead of one `xy_to_dw` per
     /// step (on by default; the same sums, added in another order).
     pub fast_paths: bool,
+    /// The precision the traces are kept in (default: the model's; `F32`
+    /// for an f64 model; `BF16` is refused, see [`TraceDType`]).
+    pub trace_dtype: TraceDType,
 }
 
 impl PpProp {
@@ -68,6 +72,7 @@ impl PpProp {
             non_temporal: NonTemporal::InStep,
             in_step_paths: InStepPaths::default(),
             fast_paths: true,
+            trace_dtype: TraceDType::Model,
         })
     }
     /// With the fused weight-gradient accumulation on or off (see
@@ -91,6 +96,12 @@ impl PpProp {
     /// default).
     pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
         self.in_step_paths = p;
+        self
+    }
+    /// With the traces kept in this precision (braintrace's `trace_dtype`;
+    /// see [`TraceDType`]: pp_prop honours `F32` and refuses `BF16`).
+    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
+        self.trace_dtype = t;
         self
     }
     /// The bias correction of call `n` (counted from 0): `max(1 − α_f^{n+1}, 1e−8)`

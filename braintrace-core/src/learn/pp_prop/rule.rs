@@ -20,7 +20,7 @@ use crate::learn::pp_fast::{transform_of, Leaf};
 use crate::learn::shared::{reduce_to, stack_last, sum_of_products, weights};
 use crate::learn::state::ModelState;
 use crate::graph::VarId;
-use crate::tensor::{Aval, Tensor};
+use crate::tensor::{Aval, DType, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -38,6 +38,10 @@ pub(crate) struct PpRule {
     /// `xy_to_dw`.
     dense: Vec<bool>,
     algo: PpProp,
+    /// The model's dtype (the arithmetic) and the traces' in the program
+    /// (`trace_dtype`: the model's or f32).
+    model_dtype: DType,
+    program_dtype: DType,
 }
 
 /// An output trace's `(V.., S)` aval: its number of states `S` and the
@@ -50,6 +54,13 @@ fn split(a: &Aval) -> (usize, &[usize]) {
 impl PpRule {
     pub(crate) fn plan(algo: &PpProp, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Self> {
         let g = eg.graph();
+        let model_dtype = eg
+            .relations()
+            .first()
+            .map_or(DType::F32, |r| g.aval(r.y_var).dtype());
+        let program_dtype =
+            algo.trace_dtype
+                .program_dtype("pp_prop trace_dtype", "pp_prop", model_dtype)?;
         let mut f_avals = Vec::with_capacity(layout.pairs.len());
         let mut dense = Vec::with_capacity(layout.pairs.len());
         for pair in &layout.pairs {
@@ -102,6 +113,8 @@ impl PpRule {
             f_avals,
             dense,
             algo: *algo,
+            model_dtype,
+            program_dtype,
         })
     }
 
@@ -204,15 +217,23 @@ impl PpRule {
     }
 }
 
+impl PpRule {
+    /// The program's traces in the model's dtype (`trace_dtype` F32 on an
+    /// f64 model: stored as f32, computed with in f64).
+    fn in_model(&self, traces: &[Tensor]) -> Result<Vec<Tensor>> {
+        traces.iter().map(|t| t.cast(self.model_dtype)).collect()
+    }
+}
+
 impl TraceRule for PpRule {
     fn zeros(&self) -> Vec<Tensor> {
         let g = self.eg.graph();
         self.x_vars
             .iter()
-            .map(|&v| Tensor::zeros_aval(g.aval(v)))
+            .map(|&v| Tensor::zeros(g.aval(v).shape(), self.program_dtype))
             .chain(self.f_avals.iter().flat_map(|a| {
                 let (states, per) = split(a);
-                (0..states).map(move |_| Tensor::zeros(per, a.dtype()))
+                (0..states).map(move |_| Tensor::zeros(per, self.program_dtype))
             }))
             .collect()
     }
@@ -241,7 +262,12 @@ impl TraceRule for PpRule {
 
     fn update(&self, step: &StepEval<'_>, traces: &[Tensor]) -> Result<Update> {
         let (ax, af) = (self.algo.decay_x, self.algo.decay_f);
-        let new = self.pp_update(ax, af, traces, &step.d_cols, &step.df, &step.xs)?;
+        let traces = self.in_model(traces)?;
+        let new = self.pp_update(ax, af, &traces, &step.d_cols, &step.df, &step.xs)?;
+        let new = new
+            .iter()
+            .map(|t| t.cast(self.program_dtype))
+            .collect::<Result<_>>()?;
         Ok(Update {
             traces: new,
             extra: Vec::new(),
@@ -250,7 +276,8 @@ impl TraceRule for PpRule {
 
     fn solve(&self, s: &SolveIn<'_>) -> Result<Solved> {
         let mut rows = Vec::new();
-        let grads = self.pp_solve(s.params, s.traces, s.signal, s.scalar, &mut rows)?;
+        let traces = self.in_model(s.traces)?;
+        let grads = self.pp_solve(s.params, &traces, s.signal, s.scalar, &mut rows)?;
         Ok(Solved { grads, extra: rows })
     }
 
