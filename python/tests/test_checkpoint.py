@@ -118,7 +118,7 @@ def test_a_checkpoint_without_an_optimizer_restores_without_one(tmp_path):
         (lambda: make(bt.D_RTRL(), batch=2), "batch size", ValueError),
         (lambda: make(bt.D_RTRL(), hidden=6), "parameter", ValueError),
         (lambda: make(bt.pp_prop(0.9)), "algorithm", ValueError),
-        (lambda: make(bt.D_RTRL(), dtype="float32"), "F64", TypeError),
+        (lambda: make(bt.D_RTRL(), dtype="float32"), "checkpoint is f64, expected f32", TypeError),
     ],
 )
 def test_a_checkpoint_of_another_learner_is_refused_and_changes_nothing(other, what, exc):

@@ -173,18 +173,19 @@ pub(crate) fn slice<'a, T: KernelFloat>(op: &str, a: &'a ArrayData) -> Result<&'
 /// A trace buffer's elements as `T`, in memory order; errors name kernel
 /// `op`.
 pub(crate) fn slice_mut<'a, T: KernelFloat>(op: &str, a: &'a mut ArrayData) -> Result<&'a mut [T]> {
-    let (shape, dtype) = (a.shape().to_vec(), a.dtype());
+    // The message's shape is read only on error: this runs for every
+    // trace buffer every step, and must not allocate.
+    if T::array(a).is_none() {
+        return Err(Error::dtype_with(
+            op,
+            format!("trace buffer of shape {:?}", a.shape()),
+            [T::dtype()],
+            a.dtype(),
+            "the kernel's dtype",
+        ));
+    }
     T::array_mut(a)
-        .ok_or_else(|| {
-            Error::dtype_with(
-                op,
-                format!("trace buffer of shape {shape:?}"),
-                [T::dtype()],
-                dtype,
-                "the kernel's dtype",
-            )
-        })?
-        .as_slice_mut()
+        .and_then(|x| x.as_slice_mut())
         .ok_or_else(|| Error::invalid(op, "trace buffer not contiguous"))
 }
 
