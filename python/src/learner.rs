@@ -139,12 +139,16 @@ fn algorithm_in(a: &Bound<'_, PyAny>) -> PyResult<Algorithm> {
     }
     match a.extract::<String>().ok().as_deref() {
         Some("d_rtrl" | "D_RTRL" | "d-rtrl") => Ok(DRtrl::default().into()),
-        Some(n @ ("pp_prop" | "ES_D_RTRL" | "es_d_rtrl")) => Err(PyValueError::new_err(format!(
-            "`algorithm`: {n} needs its decay_or_rank: use braintrace_rs.pp_prop(decay_or_rank)"
-        ))),
-        Some(other) => Err(PyValueError::new_err(format!(
-            "`algorithm`: unknown name {other:?}; use \"d_rtrl\", D_RTRL(...) or pp_prop(...)"
-        ))),
+        Some(n) if n.eq_ignore_ascii_case("pp_prop") || n.eq_ignore_ascii_case("es_d_rtrl") => {
+            Err(PyValueError::new_err(format!(
+                "`algorithm`: {n} needs its decay_or_rank: use braintrace_rs.pp_prop(decay_or_rank)"
+            )))
+        }
+        // Every other algorithm by braintrace's name with its defaults
+        // (`eprop`, `ostl_recurrent`, `uoro`, ...); an unknown name lists
+        // the known ones.
+        Some(other) => Algorithm::by_name(other)
+            .map_err(|e| PyValueError::new_err(format!("`algorithm`: {e}"))),
         None => Err(PyTypeError::new_err(
             "`algorithm`: expected D_RTRL(...), pp_prop(...) or a name",
         )),
