@@ -153,9 +153,7 @@ fn decay_of(v: &Bound<'_, PyAny>, what: &str) -> PyResult<f64> {
         rank_decay(v.extract()?).map_err(|e| arg(what, e))
     } else {
         v.extract::<f64>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "`{what}`: expected a float decay or an int rank"
-            ))
+            PyTypeError::new_err(format!("`{what}`: expected a float decay or an int rank"))
         })
     }
 }
@@ -529,11 +527,9 @@ impl PyEtraceConfig {
                     ("bootstrapped", LearningSignal::Bootstrapped),
                 ],
             )?,
-            (s, Some(_)) => {
-                return Err(PyValueError::new_err(format!(
-                    "`random_feedback_key`: set but learning_signal is {s:?}, not \"random_feedback\""
-                )))
-            }
+            (s, Some(_)) => return Err(PyValueError::new_err(format!(
+                "`random_feedback_key`: set but learning_signal is {s:?}, not \"random_feedback\""
+            ))),
         };
         let kappa = match (trace_filter, kappa) {
             ("kappa", Some(k)) => Some(k),

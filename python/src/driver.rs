@@ -47,7 +47,10 @@ fn tensor_of(v: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> {
         .map_err(|_| {
             PyTypeError::new_err(format!(
                 "{what} must be a braintrace_rs.Tensor, got {}",
-                v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                v.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })
 }
@@ -86,9 +89,13 @@ impl Loss {
                 if !aux {
                     return Ok((tensor_of(r, "the loss")?, Vec::new()));
                 }
-                let pair = r.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
-                    PyTypeError::new_err("with has_aux=True the loss must return (loss, aux)")
-                })?;
+                let pair = r
+                    .cast::<PyTuple>()
+                    .ok()
+                    .filter(|t| t.len() == 2)
+                    .ok_or_else(|| {
+                        PyTypeError::new_err("with has_aux=True the loss must return (loss, aux)")
+                    })?;
                 let l = tensor_of(&pair.get_item(0)?, "the loss")?;
                 let a = pair.get_item(1)?;
                 let aux = if a.cast::<PyTensor>().is_ok() {
@@ -170,9 +177,8 @@ fn step_weights(w: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
         }
         return t.to_vec_f64().map_err(to_py);
     }
-    w.extract::<Vec<f64>>().map_err(|_| {
-        PyTypeError::new_err("`weights`: expected a sequence of floats, one per step")
-    })
+    w.extract::<Vec<f64>>()
+        .map_err(|_| PyTypeError::new_err("`weights`: expected a sequence of floats, one per step"))
 }
 
 /// The options of one `etrace_grad` call, as Python gave them.

@@ -27,7 +27,11 @@ fn csr_in(s: &Bound<'_, PyAny>) -> PyResult<CsrStructure> {
         }
         (t.get_item(0)?, t.get_item(1)?, t.get_item(2)?)
     } else if s.hasattr("indptr")? && s.hasattr("indices")? && s.hasattr("shape")? {
-        (s.getattr("indptr")?, s.getattr("indices")?, s.getattr("shape")?)
+        (
+            s.getattr("indptr")?,
+            s.getattr("indices")?,
+            s.getattr("shape")?,
+        )
     } else {
         return Err(PyTypeError::new_err(
             "`sparse_mat`: expected a CSR matrix (indptr, indices, shape attributes) or a tuple (indptr, indices, shape)",
@@ -216,11 +220,7 @@ pub fn etp_conv(
 /// `"xor"` (`x + y − 2·x·y`).
 #[pyfunction]
 #[pyo3(signature = (x, y, op="add"))]
-pub fn spike_bitwise(
-    x: &Bound<'_, PyAny>,
-    y: &Bound<'_, PyAny>,
-    op: &str,
-) -> PyResult<PyTensor> {
+pub fn spike_bitwise(x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>, op: &str) -> PyResult<PyTensor> {
     let op = BitwiseOp::from_name(op).py()?;
     let (x, y) = (tensor_in(x, "x")?, tensor_in(y, "y")?);
     Ok(PyTensor::new(SpikeBitwise::new(op).apply(&x, &y).py()?))

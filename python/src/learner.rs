@@ -163,7 +163,11 @@ impl PyLearner {
     /// The outputs `(T, *output)` over `xs` `(T, *input)` from the current
     /// hidden states and parameters; the learner is left as it was (hidden
     /// states, traces, step counter).
-    fn evaluate<'py>(&self, py: Python<'py>, xs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn evaluate<'py>(
+        &self,
+        py: Python<'py>,
+        xs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         driver::evaluate(py, &self.inner, xs)
     }
 
