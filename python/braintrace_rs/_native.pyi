@@ -152,6 +152,7 @@ def EProp(
     vjp_method: str = "single-step",
     non_temporal: str = "zero",
     fast_paths: bool = True,
+    feedback_matrices: Optional[Dict[int, ArrayLike]] = None,
 ) -> Algorithm: ...
 def OSTLRecurrent(vjp_method: str = "single-step", non_temporal: str = "zero", fast_paths: bool = True) -> Algorithm: ...
 def OSTLFeedforward(

@@ -21,7 +21,7 @@ use braintrace_core::learn::{
 use braintrace_core::Error;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyTuple};
 
 /// An online learning algorithm with its options.
 #[pyclass(name = "Algorithm", module = "braintrace_rs", frozen)]
@@ -193,10 +193,13 @@ pub fn pp_prop(
 /// e-prop (braintrace's `EProp`): D-RTRL's per-parameter trace, low-pass
 /// filtered with `kappa_filter_decay` κ ∈ [0, 1) (0: no filter), contracted
 /// with the true learning signal (`feedback="symmetric"`) or its direction
-/// projected through fixed random matrices drawn from
-/// `random_feedback_key` (`feedback="random"`, an int seed, 0 by default).
+/// projected through fixed random matrices (`feedback="random"`): drawn
+/// from `random_feedback_key` (an int seed, 0 by default), or given as
+/// `feedback_matrices`, a dict {hidden group index: `(w, w)` array} for
+/// every group with a relation (braintrace's own draws, exported,
+/// reproduce its numbers; checked at compile).
 #[pyfunction]
-#[pyo3(name = "EProp", signature = (feedback="symmetric", kappa_filter_decay=0.0, random_feedback_key=None, vjp_method="single-step", non_temporal="zero", fast_paths=true))]
+#[pyo3(name = "EProp", signature = (feedback="symmetric", kappa_filter_decay=0.0, random_feedback_key=None, vjp_method="single-step", non_temporal="zero", fast_paths=true, feedback_matrices=None))]
 pub fn eprop(
     feedback: &str,
     kappa_filter_decay: f64,
@@ -204,18 +207,40 @@ pub fn eprop(
     vjp_method: &str,
     non_temporal: &str,
     fast_paths: bool,
+    feedback_matrices: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyAlgorithm> {
-    let fb = match (feedback, random_feedback_key) {
-        ("symmetric", None) => Feedback::Symmetric,
-        ("symmetric", Some(_)) => {
+    let fb = match (feedback, random_feedback_key, feedback_matrices) {
+        ("symmetric", None, None) => Feedback::Symmetric,
+        ("symmetric", Some(_), _) => {
             return Err(PyValueError::new_err(
                 "`random_feedback_key`: set only with feedback=\"random\"",
             ))
         }
-        ("random", seed) => Feedback::Random {
+        ("symmetric", None, Some(_)) => {
+            return Err(PyValueError::new_err(
+                "`feedback_matrices`: given only with feedback=\"random\"",
+            ))
+        }
+        ("random", Some(_), Some(_)) => {
+            return Err(PyValueError::new_err(
+                "`feedback_matrices`: either random_feedback_key or feedback_matrices, not both",
+            ))
+        }
+        ("random", seed, None) => Feedback::Random {
             seed: seed.unwrap_or(0),
         },
-        (other, _) => {
+        ("random", None, Some(ms)) => {
+            let mut v = Vec::new();
+            for (g, b) in ms.iter() {
+                let g: usize = g.extract().map_err(|_| {
+                    PyTypeError::new_err("`feedback_matrices`: keys are hidden group indices (ints)")
+                })?;
+                v.push((g, tensor_in(&b, &format!("feedback_matrices[{g}]"))?));
+            }
+            v.sort_by_key(|(g, _)| *g);
+            Feedback::Matrices(v)
+        }
+        (other, _, _) => {
             return Err(PyValueError::new_err(format!(
                 "`feedback`: {other:?}; use \"symmetric\" or \"random\""
             )))

@@ -265,3 +265,22 @@ def test_a_legal_config_no_algorithm_implements_is_refused_at_compile():
         bt.compile(net(), c, np.zeros((B, N_IN)), batch_size=B)
     with pytest.raises(TypeError, match="algorithm"):
         bt.compile(net(), 3, np.zeros((B, N_IN)), batch_size=B)
+
+
+def test_eprop_feedback_matrices():
+    """Given matrices (braintrace's own draws, exported) replace the seeded
+    ones: the same matrices the same numbers, a matrix of the wrong shape
+    refused at compile, conflicting options at once."""
+    m = np.random.default_rng(0).normal(0, 0.1, (N_REC, N_REC))
+    a = bt.EProp(feedback="random", feedback_matrices={0: m})
+    assert "Matrices" in repr(a)
+    same(grads(a), grads(bt.EProp(feedback="random", feedback_matrices={0: m.copy()})))
+    differ(grads(a), grads(bt.EProp(feedback="random", feedback_matrices={0: 2 * m})))
+    with pytest.raises(ValueError):
+        bt.compile(net(), bt.EProp(feedback="random", feedback_matrices={0: m[:2]}), np.zeros((B, N_IN)), batch_size=B)
+    with pytest.raises(ValueError, match="feedback_matrices"):
+        bt.EProp(feedback_matrices={0: m})
+    with pytest.raises(ValueError, match="feedback_matrices"):
+        bt.EProp(feedback="random", random_feedback_key=1, feedback_matrices={0: m})
+    with pytest.raises(TypeError, match="feedback_matrices"):
+        bt.EProp(feedback="random", feedback_matrices={"rnn": m})
