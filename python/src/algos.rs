@@ -209,43 +209,44 @@ pub fn eprop(
     fast_paths: bool,
     feedback_matrices: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyAlgorithm> {
-    let fb = match (feedback, random_feedback_key, feedback_matrices) {
-        ("symmetric", None, None) => Feedback::Symmetric,
-        ("symmetric", Some(_), _) => {
-            return Err(PyValueError::new_err(
-                "`random_feedback_key`: set only with feedback=\"random\"",
-            ))
-        }
-        ("symmetric", None, Some(_)) => {
-            return Err(PyValueError::new_err(
-                "`feedback_matrices`: given only with feedback=\"random\"",
-            ))
-        }
-        ("random", Some(_), Some(_)) => {
-            return Err(PyValueError::new_err(
-                "`feedback_matrices`: either random_feedback_key or feedback_matrices, not both",
-            ))
-        }
-        ("random", seed, None) => Feedback::Random {
-            seed: seed.unwrap_or(0),
-        },
-        ("random", None, Some(ms)) => {
-            let mut v = Vec::new();
-            for (g, b) in ms.iter() {
-                let g: usize = g.extract().map_err(|_| {
-                    PyTypeError::new_err("`feedback_matrices`: keys are hidden group indices (ints)")
-                })?;
-                v.push((g, tensor_in(&b, &format!("feedback_matrices[{g}]"))?));
+    let fb =
+        match (feedback, random_feedback_key, feedback_matrices) {
+            ("symmetric", None, None) => Feedback::Symmetric,
+            ("symmetric", Some(_), _) => {
+                return Err(PyValueError::new_err(
+                    "`random_feedback_key`: set only with feedback=\"random\"",
+                ))
             }
-            v.sort_by_key(|(g, _)| *g);
-            Feedback::Matrices(v)
-        }
-        (other, _, _) => {
-            return Err(PyValueError::new_err(format!(
-                "`feedback`: {other:?}; use \"symmetric\" or \"random\""
-            )))
-        }
-    };
+            ("symmetric", None, Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "`feedback_matrices`: given only with feedback=\"random\"",
+                ))
+            }
+            ("random", Some(_), Some(_)) => return Err(PyValueError::new_err(
+                "`feedback_matrices`: either random_feedback_key or feedback_matrices, not both",
+            )),
+            ("random", seed, None) => Feedback::Random {
+                seed: seed.unwrap_or(0),
+            },
+            ("random", None, Some(ms)) => {
+                let mut v = Vec::new();
+                for (g, b) in ms.iter() {
+                    let g: usize = g.extract().map_err(|_| {
+                        PyTypeError::new_err(
+                            "`feedback_matrices`: keys are hidden group indices (ints)",
+                        )
+                    })?;
+                    v.push((g, tensor_in(&b, &format!("feedback_matrices[{g}]"))?));
+                }
+                v.sort_by_key(|(g, _)| *g);
+                Feedback::Matrices(v)
+            }
+            (other, _, _) => {
+                return Err(PyValueError::new_err(format!(
+                    "`feedback`: {other:?}; use \"symmetric\" or \"random\""
+                )))
+            }
+        };
     let e = EProp::new()
         .kappa(kappa_filter_decay)
         .map_err(|e| arg("kappa_filter_decay", e))?
@@ -552,9 +553,11 @@ impl PyEtraceConfig {
                     ("bootstrapped", LearningSignal::Bootstrapped),
                 ],
             )?,
-            (s, Some(_)) => return Err(PyValueError::new_err(format!(
+            (s, Some(_)) => {
+                return Err(PyValueError::new_err(format!(
                 "`random_feedback_key`: set but learning_signal is {s:?}, not \"random_feedback\""
-            ))),
+            )))
+            }
         };
         let kappa = match (trace_filter, kappa) {
             ("kappa", Some(k)) => Some(k),
