@@ -1,6 +1,9 @@
 """braintrace_rs: online learning of recurrent and spiking networks with
-eligibility traces (D-RTRL, ES-D-RTRL / pp_prop), from Python, on numpy
-arrays, with braintrace's names. The computation runs in Rust
+eligibility traces, from Python, on numpy arrays, with braintrace's names.
+The algorithms: ``D_RTRL``, ``pp_prop`` / ``ES_D_RTRL``, ``EProp`` /
+``eprop``, ``OSTLRecurrent``, ``OSTLFeedforward``, ``ThreeFactor``,
+``SnAp``, ``UORO``, ``RandomProjection``, or one by its axes
+(``ETraceConfig``); ``compile`` also takes their names. The computation runs in Rust
 (braintrace-rs); see the book's chapter "From Python".
 
 Arrays go in as numpy float32/float64 arrays (copied once into the
@@ -20,8 +23,16 @@ from . import nn, ops
 from ._native import (
     D_RTRL,
     SGD,
+    UORO,
     Adam,
     Algorithm,
+    EProp,
+    ETraceConfig,
+    OSTLFeedforward,
+    OSTLRecurrent,
+    RandomProjection,
+    SnAp,
+    ThreeFactor,
     Init,
     Layer,
     Learner,
@@ -43,10 +54,21 @@ from ._native import (
 #: braintrace's other name for pp_prop.
 ES_D_RTRL = pp_prop
 
+#: e-prop by its lower-case name (``EProp``).
+eprop = EProp
+
 __all__ = [
     "D_RTRL",
     "ES_D_RTRL",
+    "EProp",
+    "ETraceConfig",
+    "OSTLFeedforward",
+    "OSTLRecurrent",
+    "RandomProjection",
     "SGD",
+    "SnAp",
+    "ThreeFactor",
+    "UORO",
     "Adam",
     "Algorithm",
     "Init",
@@ -57,6 +79,7 @@ __all__ = [
     "checkpoint_bytes",
     "clip_grad_norm",
     "compile",
+    "eprop",
     "load_checkpoint",
     "load_safetensors",
     "nn",

@@ -122,6 +122,15 @@ class Algorithm:
 
     @property
     def name(self) -> str: ...
+    @property
+    def vjp_method(self) -> str: ...
+    @property
+    def non_temporal(self) -> str: ...
+    @property
+    def modulator(self) -> float: ...
+    def set_modulator(self, modulator: float) -> None: ...
+
+DecayOrRank = Union[float, int]
 
 def D_RTRL(
     vjp_method: str = "single-step",
@@ -130,22 +139,103 @@ def D_RTRL(
     in_step_paths: str = "twice",
 ) -> Algorithm: ...
 def pp_prop(
-    decay_or_rank: Union[float, int, Tuple[Union[float, int], Union[float, int]]],
+    decay_or_rank: Union[DecayOrRank, Tuple[DecayOrRank, DecayOrRank]],
     vjp_method: str = "single-step",
     non_temporal: str = "zero",
     fast_paths: bool = True,
     in_step_paths: str = "twice",
 ) -> Algorithm: ...
+def EProp(
+    feedback: str = "symmetric",
+    kappa_filter_decay: float = 0.0,
+    random_feedback_key: Optional[int] = None,
+    vjp_method: str = "single-step",
+    non_temporal: str = "zero",
+    fast_paths: bool = True,
+    feedback_matrices: Optional[Dict[int, ArrayLike]] = None,
+) -> Algorithm: ...
+def OSTLRecurrent(vjp_method: str = "single-step", non_temporal: str = "zero", fast_paths: bool = True) -> Algorithm: ...
+def OSTLFeedforward(
+    decay_or_rank: Optional[DecayOrRank] = None, vjp_method: str = "single-step", non_temporal: str = "zero"
+) -> Algorithm: ...
+def ThreeFactor(
+    modulator: float = 1.0, vjp_method: str = "single-step", non_temporal: str = "zero", fast_paths: bool = True
+) -> Algorithm: ...
+def SnAp(n: Optional[int] = None, vjp_method: str = "single-step", non_temporal: str = "zero") -> Algorithm: ...
+def UORO(
+    seed: int = 42,
+    projection_eps: float = 1e-12,
+    vjp_method: str = "multi-step",
+    non_temporal: str = "zero",
+    draws: Optional[Sequence[Sequence[ArrayLike]]] = None,
+) -> Algorithm: ...
+def RandomProjection(
+    seed: int = 42,
+    projection_eps: float = 1e-12,
+    vjp_method: str = "multi-step",
+    non_temporal: str = "zero",
+    draws: Optional[Sequence[Sequence[ArrayLike]]] = None,
+) -> Algorithm: ...
 
-Loss = Union[str, Callable[[Tensor, Tensor], Tensor]]
+class ETraceConfig:
+    """An online learning rule by its axes (braintrace's ``ETraceConfig``)."""
+
+    def __init__(
+        self,
+        trace_factorization: str = "per_param",
+        recurrence_scope: str = "diagonal",
+        learning_signal: str = "symmetric",
+        trace_filter: str = "none",
+        decay: Union[float, Tuple[float, float], None] = None,
+        kappa: Optional[float] = None,
+        sparse_n: Optional[int] = None,
+        random_feedback_key: Optional[int] = None,
+        non_temporal: str = "zero",
+    ) -> None: ...
+    @property
+    def trace_factorization(self) -> str: ...
+    @property
+    def recurrence_scope(self) -> str: ...
+    @property
+    def sparse_n(self) -> Optional[int]: ...
+    @property
+    def learning_signal(self) -> str: ...
+    @property
+    def trace_filter(self) -> str: ...
+    @property
+    def kappa(self) -> Optional[float]: ...
+    @property
+    def decay(self) -> Optional[Tuple[float, float]]: ...
+    def algorithm(self) -> Algorithm: ...
+
+Loss = Union[str, Callable[..., Any]]
 
 class Learner:
     """A model compiled for online learning."""
 
     def update(self, x: ArrayLike) -> np.ndarray: ...
     def etrace_grad(
-        self, xs: ArrayLike, ys: ArrayLike, loss: Optional[Loss] = None, reduction: str = "mean"
-    ) -> Tuple[Arrays, np.ndarray]: ...
+        self,
+        xs: ArrayLike,
+        ys: Union[ArrayLike, Sequence[ArrayLike]],
+        loss: Optional[Loss] = None,
+        reduction: str = "mean",
+        *,
+        mask: Optional[ArrayLike] = None,
+        weights: Union[Sequence[float], ArrayLike, None] = None,
+        chunk_size: Optional[int] = None,
+        return_outputs: bool = False,
+        has_aux: bool = False,
+        loss_output: str = "per_step",
+    ) -> Tuple[Any, ...]: ...
+    def evolve(
+        self, xs: ArrayLike, chunk_size: Optional[int] = None, return_outputs: bool = False
+    ) -> Optional[np.ndarray]: ...
+    def evaluate(self, xs: ArrayLike) -> np.ndarray: ...
+    def etrace_of(self, weight_key: str) -> list[np.ndarray]: ...
+    @property
+    def modulator(self) -> float: ...
+    def set_modulator(self, modulator: float) -> None: ...
     def reset_state(self, batch_size: Optional[int] = None) -> None: ...
     def explain(self) -> str: ...
     @property
@@ -165,7 +255,7 @@ class Learner:
 
 def compile(
     model: Any,
-    algorithm: Union[Algorithm, str],
+    algorithm: Union[Algorithm, ETraceConfig, str],
     example_input: ArrayLike,
     batch_size: Optional[int] = None,
     dtype: Optional[str] = None,
@@ -211,6 +301,38 @@ def etp_mm(
     bias_fn: Optional[str] = None,
 ) -> Tensor: ...
 def etp_elemwise(weight: ArrayLike, weight_fn: Optional[str] = None) -> Tensor: ...
+def etp_sp_mm(
+    x: ArrayLike,
+    weight: ArrayLike,
+    sparse_mat: Any,
+    bias: Optional[ArrayLike] = None,
+    weight_fn: Optional[str] = None,
+    bias_fn: Optional[str] = None,
+) -> Tensor: ...
+def etp_lora_mm(
+    x: ArrayLike,
+    B: ArrayLike,
+    A: ArrayLike,
+    alpha: float = 1.0,
+    bias: Optional[ArrayLike] = None,
+    b_fn: Optional[str] = None,
+    a_fn: Optional[str] = None,
+    bias_fn: Optional[str] = None,
+) -> Tensor: ...
+def etp_conv(
+    x: ArrayLike,
+    kernel: ArrayLike,
+    bias: Optional[ArrayLike] = None,
+    strides: Optional[Sequence[int]] = None,
+    padding: Union[str, Sequence[Tuple[int, int]], None] = None,
+    lhs_dilation: Optional[Sequence[int]] = None,
+    rhs_dilation: Optional[Sequence[int]] = None,
+    feature_group_count: int = 1,
+    dimension_numbers: Optional[Tuple[str, str, str]] = None,
+    kernel_fn: Optional[str] = None,
+    bias_fn: Optional[str] = None,
+) -> Tensor: ...
+def spike_bitwise(x: ArrayLike, y: ArrayLike, op: str = "add") -> Tensor: ...
 def concat(xs: Sequence[ArrayLike], axis: int = -1) -> Tensor: ...
 def stack(xs: Sequence[ArrayLike], axis: int = 0) -> Tensor: ...
 def _time_update(learner: Learner, x: ArrayLike, n: int) -> float: ...

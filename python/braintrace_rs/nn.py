@@ -7,7 +7,7 @@ Python: call ``layer.init(init)`` from the model's ``init`` and
 
 from typing import Any, Optional, Sequence, Tuple
 
-from ._native import Init, Layer, StepCtx, Tensor
+from ._native import Init, Layer, StepCtx, Tensor, spike_bitwise
 
 
 class Module:
@@ -98,12 +98,47 @@ class LeakyRateReadout(Module):
 
 
 class Expon(Module):
-    """braintrace's ``Expon`` synapse: ``g' = exp(-dt / tau) * g + x``,
-    hidden state ``name/g``, no parameters."""
+    """braintrace's ``Expon`` (brainpy.state's exponential synapse):
+    ``g' = exp(-dt / tau) * g + x``, returns ``g'``; hidden state
+    ``name/g``, no parameters. ``tau`` and ``dt`` must be positive."""
+
+    def __init__(self, size: int, tau: float = 8.0, dt: float = 1.0, name: str = "syn") -> None:
+        self.name, self.size = name, size
+        self._native = Layer.spiking("Expon", size, name, tau, dt=dt)
+
+
+class ExpSynapse(Module):
+    """The library's ``ExpSynapse`` (what ``nn.Expon`` was before it became
+    braintrace's ``Expon``): the same ``g' = exp(-dt / tau) * g + x`` with
+    hidden state ``name/g``, checked at compile rather than here."""
 
     def __init__(self, size: int, tau: float = 5.0, dt: float = 1.0, name: str = "syn") -> None:
         self.name, self.size = name, size
         self._native = Layer.exp_synapse(size, name, tau, dt)
+
+
+class SpikeBitwise:
+    """brainstate's ``SpikeBitwise``: two spike trains combined element-wise
+    in arithmetic so that surrogate gradients flow — ``op`` ``"add"``
+    (``x + y``), ``"and"`` (``x * y``), ``"iand"`` (``(1 - x) * y``),
+    ``"or"`` (``x + y - x * y``) or ``"xor"`` (``x + y - 2 * x * y``).
+    Stateless and without parameters; it takes two inputs, so it is called
+    from a Python model's ``step`` as ``self.bitwise(x, y)`` rather than
+    placed in a ``Sequential``."""
+
+    _OPS = ("add", "and", "iand", "or", "xor")
+
+    def __init__(self, op: str = "add") -> None:
+        if op not in self._OPS:
+            raise ValueError(f"SpikeBitwise: `op` {op!r} is not one of {', '.join(self._OPS)}")
+        self.op = op
+
+    def __call__(self, x: Any, y: Any) -> Tensor:
+        """``op(x, y)`` on Tensors or float arrays."""
+        return spike_bitwise(x, y, self.op)
+
+    def __repr__(self) -> str:
+        return f"SpikeBitwise({self.op!r})"
 
 
 class ElementWiseParam(Module):
@@ -258,6 +293,8 @@ __all__ = [
     "LIF",
     "LeakyRateReadout",
     "Expon",
+    "ExpSynapse",
+    "SpikeBitwise",
     "ElementWiseParam",
     "Sequential",
     # The recurrent-cell zoo.

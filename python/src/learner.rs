@@ -1,159 +1,23 @@
-//! The learners: the algorithms (`D_RTRL`, `pp_prop` / `ES_D_RTRL`),
-//! `compile`, and the compiled `Learner` with braintrace's methods
-//! (`update`, `etrace_grad`, `reset_state`, `explain`) plus parameter
-//! access, a forward pass over a sequence, and save/load. The GIL is
+//! `compile` and the compiled `Learner` with braintrace's methods
+//! (`update`, `etrace_grad` with the driver's options, `evolve`,
+//! `evaluate`, `etrace_of`, `reset_state`, `explain`) plus parameter
+//! access, a forward pass over a sequence, and save/load. The algorithms
+//! are built in `algos`, the driver's calls in `driver`. The GIL is
 //! released while Rust computes and taken again only to call a Python
 //! model or loss (while they are traced).
 
+use crate::algos::{algorithm_in, three_factor};
 use crate::array::{dict_in, dict_out, tensor_in, tensor_out};
-use crate::error::{from_callback, to_py, IntoPyResult};
+use crate::driver::{self, GradArgs, Loss};
+use crate::error::{to_py, IntoPyResult};
 use crate::model::{model_in, AnyModel};
-use crate::tensor::{dtype_from, PyTensor};
-use braintrace_core::learn::{
-    compile as compile_rs, rank_decay, step_values, Algorithm, DRtrl, InStepPaths, Learner,
-    ModelState, NonTemporal, PpProp, Reduction, VjpMethod,
-};
+use crate::tensor::dtype_from;
+use braintrace_core::learn::{compile as compile_rs, step_values, Learner, ModelState, Reduction};
 use braintrace_core::nn::io;
 use braintrace_core::{Jit, Result, Tensor};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyList, PyTuple};
 use std::sync::Arc;
-
-/// An online learning algorithm with its options.
-#[pyclass(name = "Algorithm", module = "braintrace_rs", frozen)]
-pub struct PyAlgorithm {
-    pub algo: Algorithm,
-}
-
-#[pymethods]
-impl PyAlgorithm {
-    fn __repr__(&self) -> String {
-        format!("{:?}", self.algo)
-    }
-    /// `"d_rtrl"` or `"pp_prop"`.
-    #[getter]
-    fn name(&self) -> &'static str {
-        self.algo.name()
-    }
-}
-
-fn vjp(name: &str) -> PyResult<VjpMethod> {
-    match name {
-        "single-step" | "single_step" => Ok(VjpMethod::SingleStep),
-        "multi-step" | "multi_step" => Ok(VjpMethod::MultiStep),
-        other => Err(PyValueError::new_err(format!(
-            "`vjp_method`: {other:?}; use \"single-step\" or \"multi-step\""
-        ))),
-    }
-}
-
-fn non_temporal(name: &str) -> PyResult<NonTemporal> {
-    match name {
-        "zero" => Ok(NonTemporal::Zero),
-        "in_step" | "in-step" => Ok(NonTemporal::InStep),
-        other => Err(PyValueError::new_err(format!(
-            "`non_temporal`: {other:?}; use \"zero\" (braintrace's exact zeros) or \"in_step\""
-        ))),
-    }
-}
-
-fn in_step_paths(name: &str) -> PyResult<InStepPaths> {
-    match name {
-        "twice" => Ok(InStepPaths::Twice),
-        "once" => Ok(InStepPaths::Once),
-        other => Err(PyValueError::new_err(format!(
-            "`in_step_paths`: {other:?}; use \"twice\" (braintrace's learning signal) or \"once\" (each in-step path counted once)"
-        ))),
-    }
-}
-
-/// D-RTRL: eligibility traces of parameter size, the hidden-to-hidden
-/// Jacobian kept diagonal. `non_temporal="zero"` gives parameters without
-/// a relation to a hidden state (a readout) braintrace's exact zeros;
-/// `"in_step"` their in-step gradient (what training usually wants).
-/// `in_step_paths="twice"` is braintrace's learning signal, which counts an
-/// in-step path between two states of a group (an LSTM's c → h, a LIF's
-/// current → voltage) twice; `"once"` counts it once (exact where D-RTRL
-/// is).
-#[pyfunction]
-#[pyo3(name = "D_RTRL", signature = (vjp_method="single-step", non_temporal="zero", fast_paths=true, in_step_paths="twice"))]
-pub fn d_rtrl(
-    vjp_method: &str,
-    non_temporal: &str,
-    fast_paths: bool,
-    in_step_paths: &str,
-) -> PyResult<PyAlgorithm> {
-    let a = DRtrl::default()
-        .vjp_method(vjp(vjp_method)?)
-        .non_temporal(self::non_temporal(non_temporal)?)
-        .in_step_paths(self::in_step_paths(in_step_paths)?)
-        .fast_paths(fast_paths);
-    Ok(PyAlgorithm { algo: a.into() })
-}
-
-fn decay_of(v: &Bound<'_, PyAny>) -> PyResult<f64> {
-    if v.is_instance_of::<pyo3::types::PyInt>() {
-        rank_decay(v.extract()?).py()
-    } else {
-        v.extract::<f64>().map_err(|_| {
-            PyTypeError::new_err("`decay_or_rank`: expected a float decay or an int rank")
-        })
-    }
-}
-
-/// ES-D-RTRL / pp_prop with `decay_or_rank`: a float decay in [0, 1), an
-/// int rank r (decay (r-1)/(r+1)), or a pair (input decay, output decay).
-/// `in_step_paths` as for `D_RTRL`.
-#[pyfunction]
-#[pyo3(signature = (decay_or_rank, vjp_method="single-step", non_temporal="zero", fast_paths=true, in_step_paths="twice"))]
-pub fn pp_prop(
-    decay_or_rank: &Bound<'_, PyAny>,
-    vjp_method: &str,
-    non_temporal: &str,
-    fast_paths: bool,
-    in_step_paths: &str,
-) -> PyResult<PyAlgorithm> {
-    let p = if let Ok(t) = decay_or_rank.cast::<PyTuple>() {
-        if t.len() != 2 {
-            return Err(PyValueError::new_err(
-                "`decay_or_rank`: a pair (input decay, output decay)",
-            ));
-        }
-        PpProp::decays(decay_of(&t.get_item(0)?)?, decay_of(&t.get_item(1)?)?)
-    } else {
-        PpProp::new(decay_of(decay_or_rank)?)
-    }
-    .py()?;
-    let p = p
-        .vjp_method(vjp(vjp_method)?)
-        .non_temporal(self::non_temporal(non_temporal)?)
-        .in_step_paths(self::in_step_paths(in_step_paths)?)
-        .fast_paths(fast_paths);
-    Ok(PyAlgorithm { algo: p.into() })
-}
-
-fn algorithm_in(a: &Bound<'_, PyAny>) -> PyResult<Algorithm> {
-    if let Ok(p) = a.cast::<PyAlgorithm>() {
-        return Ok(p.get().algo.clone());
-    }
-    match a.extract::<String>().ok().as_deref() {
-        Some("d_rtrl" | "D_RTRL" | "d-rtrl") => Ok(DRtrl::default().into()),
-        Some(n) if n.eq_ignore_ascii_case("pp_prop") || n.eq_ignore_ascii_case("es_d_rtrl") => {
-            Err(PyValueError::new_err(format!(
-                "`algorithm`: {n} needs its decay_or_rank: use braintrace_rs.pp_prop(decay_or_rank)"
-            )))
-        }
-        // Every other algorithm by braintrace's name with its defaults
-        // (`eprop`, `ostl_recurrent`, `uoro`, ...); an unknown name lists
-        // the known ones.
-        Some(other) => Algorithm::by_name(other)
-            .map_err(|e| PyValueError::new_err(format!("`algorithm`: {e}"))),
-        None => Err(PyTypeError::new_err(
-            "`algorithm`: expected D_RTRL(...), pp_prop(...) or a name",
-        )),
-    }
-}
 
 type ForwardFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
@@ -221,65 +85,6 @@ fn forward_fn(m: AnyModel, s: &ModelState) -> ForwardFn {
     })
 }
 
-/// A loss by name or a Python function of (prediction, target).
-enum Loss {
-    Mse,
-    CrossEntropy,
-    Py(Py<PyAny>),
-}
-
-fn loss_in(l: &Bound<'_, PyAny>) -> PyResult<Loss> {
-    match l.extract::<String>().ok().as_deref() {
-        Some("mse") => Ok(Loss::Mse),
-        Some("cross_entropy" | "softmax_cross_entropy") => Ok(Loss::CrossEntropy),
-        Some(other) => Err(PyValueError::new_err(format!(
-            "`loss`: unknown name {other:?}; use \"mse\", \"cross_entropy\" or a function (prediction, target) -> Tensor"
-        ))),
-        None if l.is_callable() => Ok(Loss::Py(l.clone().unbind())),
-        None => Err(PyTypeError::new_err(
-            "`loss`: expected a name or a function (prediction, target) -> Tensor",
-        )),
-    }
-}
-
-impl Loss {
-    fn apply(&self, o: &Tensor, y: &Tensor) -> Result<Tensor> {
-        match self {
-            // Mean squared error over every element.
-            Loss::Mse => o.sub(y)?.square()?.mean_all(),
-            // Softmax cross-entropy of logits (B, C) against targets (B, C),
-            // summed over classes, averaged over the batch; rows of zeros
-            // in the target contribute nothing (a mask).
-            Loss::CrossEntropy => {
-                let lse = o.exp()?.sum(&[1])?.log()?.expand_dims(1)?;
-                let b = o.shape().first().copied().unwrap_or(1) as f64;
-                y.mul(&lse.sub(o)?)?.sum_all()?.mul_scalar(1.0 / b)
-            }
-            Loss::Py(f) => Python::attach(|py| {
-                let r = f
-                    .call1(py, (PyTensor::new(o.clone()), PyTensor::new(y.clone())))
-                    .and_then(|r| {
-                        r.bind(py)
-                            .cast::<PyTensor>()
-                            .map(|t| t.get().t.clone())
-                            .map_err(|_| PyTypeError::new_err("the loss must return a Tensor"))
-                    });
-                r.map_err(|e| from_callback("loss", e))
-            }),
-        }
-    }
-}
-
-fn reduction(r: &str) -> PyResult<Reduction> {
-    match r {
-        "mean" => Ok(Reduction::Mean),
-        "sum" => Ok(Reduction::Sum),
-        other => Err(PyValueError::new_err(format!(
-            "`reduction`: {other:?}; use \"mean\" or \"sum\""
-        ))),
-    }
-}
-
 #[pymethods]
 impl PyLearner {
     /// One online step on `x` (one step's input): the model's output; the
@@ -295,13 +100,23 @@ impl PyLearner {
         tensor_out(py, out)
     }
 
-    /// Online gradients over a sequence (`xs` `(T, *input)`, `ys`
-    /// `(T, *target)`, time-major): per step the eligibility-trace gradient
-    /// of `loss(output, ys[t])`, reduced over time (`"mean"` or `"sum"`).
-    /// Returns `(grads, losses)`: a dict of arrays keyed by parameter key and
-    /// the `(T,)` per-step losses. `loss` is `"mse"`, `"cross_entropy"` or a
-    /// function of two Tensors (traced, not called per step).
-    #[pyo3(signature = (xs, ys, loss=None, reduction="mean"))]
+    /// Online gradients over a sequence (time-major: `xs` `(T, *input)`,
+    /// `ys` `(T, *target)` or a tuple of several target sequences): per
+    /// step the eligibility-trace gradient of `loss(output, *ys[t])`,
+    /// weighted by `mask` (`(T,)`, or `(T, B)` for a per-sample loss) and
+    /// per-step `weights` (`T` floats), reduced over time (`"mean"` divides
+    /// by the total weight, `"sum"`). `loss` is `"mse"`, `"cross_entropy"`
+    /// or a function of Tensors (traced, not called per step) returning the
+    /// loss, or `(loss, aux)` with `has_aux=True`. `chunk_size=k` drives
+    /// windows of `k` steps (multi-step learners). Returns `(grads,
+    /// losses)`: a dict of arrays keyed by parameter key and the per-step
+    /// losses (`loss_output="per_step"`; `"masked"`: weighted by mask and
+    /// weights; `"scalar"`: the reduced objective, a float); then `aux` (a
+    /// list of arrays stacked over the steps) with `has_aux`, then the
+    /// outputs `(T, *output)` with `return_outputs`. Hidden states, traces
+    /// and the step counter continue from where they are.
+    #[pyo3(signature = (xs, ys, loss=None, reduction="mean", *, mask=None, weights=None, chunk_size=None, return_outputs=false, has_aux=false, loss_output="per_step"))]
+    #[allow(clippy::too_many_arguments)]
     fn etrace_grad<'py>(
         &mut self,
         py: Python<'py>,
@@ -309,18 +124,74 @@ impl PyLearner {
         ys: &Bound<'py, PyAny>,
         loss: Option<Bound<'py, PyAny>>,
         reduction: &str,
-    ) -> PyResult<(Bound<'py, pyo3::types::PyDict>, Bound<'py, PyAny>)> {
-        let (xs, ys) = (tensor_in(xs, "xs")?, tensor_in(ys, "ys")?);
-        let loss = match &loss {
-            Some(l) => loss_in(l)?,
-            None => Loss::Mse,
+        mask: Option<Bound<'py, PyAny>>,
+        weights: Option<Bound<'py, PyAny>>,
+        chunk_size: Option<usize>,
+        return_outputs: bool,
+        has_aux: bool,
+        loss_output: &str,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let args = GradArgs {
+            loss: loss.as_ref(),
+            reduction,
+            mask: mask.as_ref(),
+            weights: weights.as_ref(),
+            chunk_size,
+            return_outputs,
+            has_aux,
+            loss_output,
         };
-        let red = self::reduction(reduction)?;
-        let inner = &mut self.inner;
-        let r = py
-            .detach(|| inner.etrace_grad(&xs, &ys, |o, y| loss.apply(o, y), red))
-            .map_err(to_py)?;
-        Ok((dict_out(py, r.grads)?, tensor_out(py, r.losses)?))
+        driver::etrace_grad(py, &mut self.inner, xs, ys, args)
+    }
+
+    /// Drive the model and its traces over `xs` `(T, *input)` without a
+    /// gradient (braintrace's `etrace_evolve`): hidden states and traces end
+    /// where `update` on every row would leave them. The step counter
+    /// advances by `T` (by `T / chunk_size` with windows). Returns the
+    /// outputs `(T, *output)` with `return_outputs`, else None.
+    #[pyo3(signature = (xs, chunk_size=None, return_outputs=false))]
+    fn evolve<'py>(
+        &mut self,
+        py: Python<'py>,
+        xs: &Bound<'py, PyAny>,
+        chunk_size: Option<usize>,
+        return_outputs: bool,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        driver::evolve(py, &mut self.inner, xs, chunk_size, return_outputs)
+    }
+
+    /// The outputs `(T, *output)` over `xs` `(T, *input)` from the current
+    /// hidden states and parameters; the learner is left as it was (hidden
+    /// states, traces, step counter).
+    fn evaluate<'py>(
+        &self,
+        py: Python<'py>,
+        xs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        driver::evaluate(py, &self.inner, xs)
+    }
+
+    /// The eligibility traces of one weight (new arrays): `weight_key` a
+    /// parameter key (`"rnn/Wz/weight/weight"`) or its parameter state's
+    /// path (`"rnn/Wz/weight"`). An empty list for a weight without a trace
+    /// (a readout); a `ValueError` listing the keys for an unknown one.
+    fn etrace_of<'py>(&self, py: Python<'py>, weight_key: &str) -> PyResult<Bound<'py, PyList>> {
+        driver::etrace_of(py, &self.inner, weight_key)
+    }
+
+    /// ThreeFactor's standing modulator (a `ValueError` for another
+    /// algorithm).
+    #[getter]
+    fn modulator(&self) -> PyResult<f64> {
+        Ok(three_factor(self.inner.algorithm())?.modulator())
+    }
+
+    /// Set ThreeFactor's standing modulator (finite), read from the next
+    /// step on; shared with the `Algorithm` the learner was compiled with.
+    fn set_modulator(&self, modulator: f64) -> PyResult<()> {
+        three_factor(self.inner.algorithm())?
+            .set_modulator(modulator)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("`modulator`: {e}")))
     }
 
     /// Reset hidden states and traces to zeros and the step counter to 0
@@ -366,7 +237,7 @@ impl PyLearner {
     }
 
     /// The parameters, a dict of new arrays keyed by parameter key.
-    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         dict_out(py, self.inner.state().params())
     }
 
@@ -378,7 +249,7 @@ impl PyLearner {
     }
 
     /// The hidden states, a dict of new arrays keyed by path.
-    fn hidden<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    fn hidden<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         dict_out(py, self.inner.state().hidden())
     }
 
@@ -495,7 +366,7 @@ pub fn _time_etrace_grad(
     py.detach(|| {
         let t0 = std::time::Instant::now();
         for _ in 0..n {
-            inner.etrace_grad(&xs, &ys, |o, y| Loss::Mse.apply(o, y), Reduction::Mean)?;
+            inner.etrace_grad(&xs, &ys, |o, y| Loss::Mse.builtin(o, y), Reduction::Mean)?;
         }
         Ok(t0.elapsed().as_secs_f64())
     })

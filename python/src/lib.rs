@@ -3,12 +3,16 @@
 //! `nn` classes with braintrace's names). The library knows nothing of
 //! Python: this crate converts arrays (`array`), maps errors in one place
 //! (`error`), wraps tensors and ops (`tensor`), models (`model`), learners
-//! (`learner`), optimisers (`optim`) and a learner's checkpoints
-//! (`checkpoint`).
+//! (`learner`), the algorithms (`algos`), the sequence driver (`driver`),
+//! more ETP primitives (`etp_ops`), optimisers (`optim`) and a learner's
+//! checkpoints (`checkpoint`).
 
+mod algos;
 mod array;
 mod checkpoint;
+mod driver;
 mod error;
+mod etp_ops;
 mod learner;
 mod model;
 mod optim;
@@ -23,7 +27,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::PyInit>()?;
     m.add_class::<model::PyStepCtx>()?;
     m.add_class::<model::Layer>()?;
-    m.add_class::<learner::PyAlgorithm>()?;
+    m.add_class::<algos::PyAlgorithm>()?;
+    m.add_class::<algos::PyEtraceConfig>()?;
     m.add_class::<learner::PyLearner>()?;
     m.add_class::<optim::PySgd>()?;
     m.add_class::<optim::PyAdam>()?;
@@ -33,8 +38,19 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor::concat, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::stack, m)?)?;
     m.add_function(wrap_pyfunction!(learner::compile, m)?)?;
-    m.add_function(wrap_pyfunction!(learner::d_rtrl, m)?)?;
-    m.add_function(wrap_pyfunction!(learner::pp_prop, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::d_rtrl, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::pp_prop, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::eprop, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::ostl_recurrent, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::ostl_feedforward, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::three_factor_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::snap, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::uoro, m)?)?;
+    m.add_function(wrap_pyfunction!(algos::random_projection, m)?)?;
+    m.add_function(wrap_pyfunction!(etp_ops::etp_sp_mm, m)?)?;
+    m.add_function(wrap_pyfunction!(etp_ops::etp_lora_mm, m)?)?;
+    m.add_function(wrap_pyfunction!(etp_ops::etp_conv, m)?)?;
+    m.add_function(wrap_pyfunction!(etp_ops::spike_bitwise, m)?)?;
     m.add_function(wrap_pyfunction!(learner::_time_update, m)?)?;
     m.add_function(wrap_pyfunction!(learner::_time_etrace_grad, m)?)?;
     m.add_function(wrap_pyfunction!(optim::clip_grad_norm, m)?)?;

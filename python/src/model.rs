@@ -355,7 +355,8 @@ impl Layer {
         }
         layer(l, "LeakyRateReadout")
     }
-    /// braintrace's `Expon` synapse: `g' = decay·g + x`, no parameters.
+    /// The library's `ExpSynapse`: `g' = exp(-dt/tau)·g + x`, no parameters
+    /// (braintrace's `Expon`, brainpy.state's, is `spiking("Expon", ...)`).
     #[staticmethod]
     fn exp_synapse(size: usize, name: &str, tau: f64, dt: f64) -> Layer {
         layer(ExpSynapse::new(name, size, tau, dt), "ExpSynapse")
@@ -378,7 +379,7 @@ impl Layer {
         crate::zoo::rnn_cell(kind, in_size, out_size, name)
     }
     /// A spiking neuron, synapse or short-term plasticity layer by kind
-    /// (`IF`, `LIFNeuron`, `ALIF`, `Alpha`, `DualExpon`, `STD`, `STP`).
+    /// (`IF`, `LIFNeuron`, `ALIF`, `Expon`, `Alpha`, `DualExpon`, `STD`, `STP`).
     #[staticmethod]
     #[pyo3(signature = (kind, size, name, tau, tau2=0.0, u=0.0, dt=1.0))]
     fn spiking(

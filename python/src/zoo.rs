@@ -6,7 +6,7 @@
 use crate::error::IntoPyResult;
 use crate::model::{layer, Layer};
 use braintrace_core::nn::{
-    Alif, Alpha, CfnCell, DualExpon, If, Lif, LruCell, LstmCell, MguCell, MiniGru, MiniLstm,
+    Alif, Alpha, CfnCell, DualExpon, Expon, If, Lif, LruCell, LstmCell, MguCell, MiniGru, MiniLstm,
     MinimalRnnCell, Std, Stp, UrLstmCell, VanillaRnnCell,
 };
 use pyo3::exceptions::PyValueError;
@@ -49,10 +49,11 @@ pub fn rnn_cell(kind: &str, in_size: usize, out_size: usize, name: &str) -> PyRe
 }
 
 /// The spiking layers by kind.
-pub const SPIKING: [&str; 7] = [
+pub const SPIKING: [&str; 8] = [
     "IF",
     "LIFNeuron",
     "ALIF",
+    "Expon",
     "Alpha",
     "DualExpon",
     "STD",
@@ -77,6 +78,7 @@ pub fn spiking(
         "IF" => layer(If::new(name, size, tau, dt).py()?, "IF"),
         "LIFNeuron" => layer(Lif::new(name, size, tau, dt).py()?, "LIFNeuron"),
         "ALIF" => layer(Alif::new(name, size, tau, tau2, dt).py()?, "ALIF"),
+        "Expon" => layer(Expon::new(name, size, tau, dt).py()?, "Expon"),
         "Alpha" => layer(Alpha::new(name, size, tau, dt).py()?, "Alpha"),
         "DualExpon" => layer(DualExpon::new(name, size, tau, tau2, dt).py()?, "DualExpon"),
         "STD" => layer(Std::new(name, size, tau, u, dt).py()?, "STD"),

@@ -23,6 +23,7 @@ NETS["LRUCell"] = lambda: nn.Sequential(nn.LRUCell(N_IN, 5), nn.Linear(N_IN, 2, 
 NETS["IF"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.IF(6, tau=4.0))
 NETS["LIFNeuron"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.LIFNeuron(6))
 NETS["ALIF"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.ALIF(6))
+NETS["Expon"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.Expon(6), nn.LIFNeuron(6))
 NETS["Alpha"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.Alpha(6), nn.LIFNeuron(6))
 NETS["DualExpon"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.DualExpon(6), nn.LIFNeuron(6))
 NETS["STD"] = lambda: nn.Sequential(nn.Linear(N_IN, 6, name="inp"), nn.IF(6), nn.STD(6), nn.Linear(6, 2, name="out"))
