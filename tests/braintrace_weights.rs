@@ -16,8 +16,8 @@ use braintrace::learn::{bptt_grad, Model, ModelState, Reduction, TensorDict};
 use braintrace::nn::io::load_safetensors;
 use braintrace::nn::io_braintrace::{load_braintrace, BraintraceParams, KeyMap, FORMAT};
 use braintrace::nn::{
-    CfnCell, Chain, GruCell, Linear, LruCell, LstmCell, MguCell, MiniGru, MiniLstm,
-    MinimalRnnCell, UrLstmCell, VanillaRnnCell,
+    CfnCell, Chain, GruCell, Linear, LruCell, LstmCell, MguCell, MiniGru, MiniLstm, MinimalRnnCell,
+    UrLstmCell, VanillaRnnCell,
 };
 use braintrace::{DType, Error, Tensor};
 use learn_support::snn_models::SnnNet;
@@ -60,7 +60,10 @@ fn max_rel(got: &Tensor, want: &Tensor) -> f64 {
     g.iter()
         .zip(&w)
         .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
-        .fold(0.0, |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) })
+        .fold(
+            0.0,
+            |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) },
+        )
 }
 
 /// The model's outputs over `xs` from `state` (zero targets: only the
@@ -191,7 +194,10 @@ fn check_entry(m: &Map<String, Value>) -> R<Checked> {
         ),
         // `brainstate.nn.Sequential(Linear, Linear)`: `layers/0`, `layers/1`.
         "sequential" => check(
-            Chain::new(Linear::new("fc0", n_in, n_rec), Linear::new("fc1", n_rec, n_out)),
+            Chain::new(
+                Linear::new("fc0", n_in, n_rec),
+                Linear::new("fc1", n_rec, n_out),
+            ),
             m,
             &KeyMap::new()
                 .rename("layers/0", "fc0")
@@ -250,7 +256,11 @@ fn a_missing_key_or_a_wrong_shape_is_named_and_changes_nothing() {
     let before = state.params();
     let unchanged = |s: &ModelState| {
         for (k, v) in s.params() {
-            assert_eq!(v.to_vec_f64().unwrap(), before[&k].to_vec_f64().unwrap(), "{k}");
+            assert_eq!(
+                v.to_vec_f64().unwrap(),
+                before[&k].to_vec_f64().unwrap(),
+                "{k}"
+            );
         }
     };
     let load = |s: &mut ModelState, p: &TensorDict| {
@@ -260,7 +270,10 @@ fn a_missing_key_or_a_wrong_shape_is_named_and_changes_nothing() {
     let mut p = file.params.clone();
     p.remove("rnn/Wr/weight/bias");
     let m = load(&mut state, &p).unwrap_err().to_string();
-    assert!(m.contains("missing") && m.contains("`rnn/Wr/weight/bias` [4]"), "{m}");
+    assert!(
+        m.contains("missing") && m.contains("`rnn/Wr/weight/bias` [4]"),
+        "{m}"
+    );
     unchanged(&state);
 
     let mut p = file.params.clone();
@@ -281,7 +294,10 @@ fn a_missing_key_or_a_wrong_shape_is_named_and_changes_nothing() {
     let mut p = file.params.clone();
     p.insert("head/W".into(), Tensor::zeros(&[2], DType::F64));
     let m = load(&mut state, &p).unwrap_err().to_string();
-    assert!(m.contains("`head/W` [2]") && m.contains("does not have"), "{m}");
+    assert!(
+        m.contains("`head/W` [2]") && m.contains("does not have"),
+        "{m}"
+    );
     unchanged(&state);
     braintrace::nn::io_braintrace::load_braintrace_into(
         &mut state,
@@ -315,7 +331,12 @@ fn an_f32_model_reads_the_f64_file() {
         .unwrap();
     let (model, _) = gru_state(2);
     let mut state = ModelState::new(&model, DType::F32, 0, Some(2)).unwrap();
-    load_braintrace(&mut state, dir().join("rnn_gru.safetensors"), &KeyMap::new()).unwrap();
+    load_braintrace(
+        &mut state,
+        dir().join("rnn_gru.safetensors"),
+        &KeyMap::new(),
+    )
+    .unwrap();
     assert_eq!(state.params()["rnn/Wz/weight/weight"].dtype(), DType::F32);
     let run = load_safetensors(dir().join("rnn_gru.run.safetensors")).unwrap();
     let xs = run["xs"].cast(DType::F32).unwrap();

@@ -54,7 +54,11 @@ fn all_dense_fused<M: Model + Clone>(name: &str, m: M, mm: usize, ew: usize) {
         let (rels, got) = kernels(&m, algo);
         assert_eq!(got, line, "{name}");
         let count = |p: &str| rels.iter().filter(|(q, _)| q == p).count();
-        assert_eq!((count("etp_mm"), count("etp_elemwise")), (mm, ew), "{name}: {rels:?}");
+        assert_eq!(
+            (count("etp_mm"), count("etp_elemwise")),
+            (mm, ew),
+            "{name}: {rels:?}"
+        );
         assert!(rels.iter().all(|(_, k)| k == "dense"), "{name}: {rels:?}");
     }
 }
@@ -63,17 +67,37 @@ fn all_dense_fused<M: Model + Clone>(name: &str, m: M, mm: usize, ew: usize) {
 fn every_layer_runs_the_dense_fused_kernel() {
     let out = |k| Linear::new("out", k, 2);
     // The readout `out` is not recurrent: no relation, no trace.
-    all_dense_fused("GruCell", Chain::new(GruCell::new("rnn", 3, 4), out(4)), 2, 0);
-    all_dense_fused("VanillaRnnCell", VanillaRnnCell::new("rnn", 3, 4).unwrap(), 1, 0);
+    all_dense_fused(
+        "GruCell",
+        Chain::new(GruCell::new("rnn", 3, 4), out(4)),
+        2,
+        0,
+    );
+    all_dense_fused(
+        "VanillaRnnCell",
+        VanillaRnnCell::new("rnn", 3, 4).unwrap(),
+        1,
+        0,
+    );
     all_dense_fused("MguCell", MguCell::new("rnn", 3, 4).unwrap(), 2, 0);
-    all_dense_fused("MinimalRnnCell", MinimalRnnCell::new("rnn", 3, 4).unwrap(), 2, 0);
+    all_dense_fused(
+        "MinimalRnnCell",
+        MinimalRnnCell::new("rnn", 3, 4).unwrap(),
+        2,
+        0,
+    );
     all_dense_fused("CfnCell", CfnCell::new("rnn", 3, 4).unwrap(), 3, 0);
     all_dense_fused("LstmCell", LstmCell::new("rnn", 3, 4).unwrap(), 4, 0);
     all_dense_fused("UrLstmCell", UrLstmCell::new("rnn", 3, 4).unwrap(), 4, 2);
     all_dense_fused("MiniGru", MiniGru::new("rnn", 3, 4).unwrap(), 2, 0);
     all_dense_fused("MiniLstm", MiniLstm::new("rnn", 3, 4).unwrap(), 3, 0);
     all_dense_fused("LruCell", LruCell::new("rnn", 3, 4).unwrap(), 2, 3);
-    all_dense_fused("LeakyRateReadout", LeakyRateReadout::new("ro", 3, 2, 5.0, 1.0), 1, 0);
+    all_dense_fused(
+        "LeakyRateReadout",
+        LeakyRateReadout::new("ro", 3, 2, 5.0, 1.0),
+        1,
+        0,
+    );
     all_dense_fused("LifCell", LifCell::new("lif", 3, 4, 0.8, 0.6, 1.0), 1, 0);
 }
 
@@ -83,5 +107,8 @@ fn without_fast_paths_the_rules_run() {
     let (_, d) = kernels(&m, DRtrl::default().fast_paths(false).into());
     assert_eq!(d, "fused trace kernels: 0 of 4 relation-group pairs");
     let (_, p) = kernels(&m, PpProp::new(0.9).unwrap().fast_paths(false).into());
-    assert_eq!(p, "fused dense gradients (pp_prop): 0 of 4 relation-group pairs");
+    assert_eq!(
+        p,
+        "fused dense gradients (pp_prop): 0 of 4 relation-group pairs"
+    );
 }

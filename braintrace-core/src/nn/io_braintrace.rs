@@ -220,7 +220,9 @@ pub fn map_braintrace(state: &ModelState, params: &TensorDict, map: &KeyMap) -> 
         if let Some(first) = origin.get(&key) {
             return Err(Error::invalid(
                 OP,
-                format!("braintrace keys `{first}` and `{bt_key}` both map to the parameter `{key}`"),
+                format!(
+                    "braintrace keys `{first}` and `{bt_key}` both map to the parameter `{key}`"
+                ),
             ));
         }
         if !own.contains_key(&key) {
@@ -298,7 +300,11 @@ pub fn map_braintrace(state: &ModelState, params: &TensorDict, map: &KeyMap) -> 
 /// Replace `state`'s parameters with braintrace's `params` mapped by `map`
 /// ([`map_braintrace`]); values are cast to the state's dtype, NaN and
 /// infinities refused. Nothing changes on error.
-pub fn load_braintrace_into(state: &mut ModelState, params: &TensorDict, map: &KeyMap) -> Result<()> {
+pub fn load_braintrace_into(
+    state: &mut ModelState,
+    params: &TensorDict,
+    map: &KeyMap,
+) -> Result<()> {
     let mapped = map_braintrace(state, params, map)?;
     state.set_params(&mapped)
 }
@@ -326,7 +332,7 @@ pub fn load_braintrace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::{Chain, Linear, LeakyRateReadout};
+    use crate::nn::{Chain, LeakyRateReadout, Linear};
     use crate::tensor::DType;
 
     fn state() -> ModelState {
@@ -390,8 +396,13 @@ mod tests {
         let mut f = file();
         f.remove("ro/W");
         f.insert("aux/W".into(), Tensor::zeros(&[2], DType::F64));
-        let m = load_braintrace_into(&mut st, &f, &map()).unwrap_err().to_string();
-        assert!(m.contains("`ro/W` [3, 1]") && m.contains("`aux/W` [2]"), "{m}");
+        let m = load_braintrace_into(&mut st, &f, &map())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("`ro/W` [3, 1]") && m.contains("`aux/W` [2]"),
+            "{m}"
+        );
         same(&st);
         // ... skipped.
         f.insert("ro/W".into(), file()["ro/W"].clone());
@@ -422,20 +433,38 @@ mod tests {
         )
         .unwrap();
         let bad = map().layout("fc0/weight/weight", Layout::Permute(vec![0, 0]));
-        let m = load_braintrace_into(&mut st, &f, &bad).unwrap_err().to_string();
-        assert!(m.contains("not a permutation") && m.contains("[3, 2]"), "{m}");
+        let m = load_braintrace_into(&mut st, &f, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("not a permutation") && m.contains("[3, 2]"),
+            "{m}"
+        );
         drop(t);
         // Two keys onto one, an integer tensor, a NaN.
         let mut f = file();
         f.insert("fc0/weight/bias".into(), Tensor::zeros(&[3], DType::F64));
-        let m = load_braintrace_into(&mut st, &f, &map()).unwrap_err().to_string();
-        assert!(m.contains("both map to the parameter `fc0/weight/bias`"), "{m}");
+        let m = load_braintrace_into(&mut st, &f, &map())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("both map to the parameter `fc0/weight/bias`"),
+            "{m}"
+        );
         let mut f = file();
-        f.insert("ro/W".into(), Tensor::from_vec_typed(vec![1i64, 2, 3], &[3, 1]).unwrap());
-        let m = load_braintrace_into(&mut st, &f, &map()).unwrap_err().to_string();
+        f.insert(
+            "ro/W".into(),
+            Tensor::from_vec_typed(vec![1i64, 2, 3], &[3, 1]).unwrap(),
+        );
+        let m = load_braintrace_into(&mut st, &f, &map())
+            .unwrap_err()
+            .to_string();
         assert!(m.contains("`ro/W`"), "{m}");
         let mut f = file();
-        f.insert("ro/W".into(), Tensor::from_vec(vec![0.0, f64::NAN, 1.0], &[3, 1]).unwrap());
+        f.insert(
+            "ro/W".into(),
+            Tensor::from_vec(vec![0.0, f64::NAN, 1.0], &[3, 1]).unwrap(),
+        );
         assert!(load_braintrace_into(&mut st, &f, &map()).is_err());
         same(&st);
     }
