@@ -39,20 +39,18 @@ import os
 import sys
 import zlib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden_gen'))
+from importlib.metadata import version as pkg_version
 
-# Importing generate_e2e switches on x64 (brainstate precision 64), dt = 1 and the CPU backend.
-import generate_e2e as ge  # noqa: E402
-import generate_zoo_rnn as gz  # noqa: E402
-import generate_zoo_snn as gs  # noqa: E402
+import brainstate
+import brainunit as u
+import jax
+import numpy as np
+from safetensors.numpy import save_file
 
-import brainstate  # noqa: E402
-import braintrace  # noqa: E402
-import brainunit as u  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
+# The test models (``main``) come from the golden generators, imported there:
+# importing them switches on x64 (brainstate precision 64), dt = 1 and the
+# CPU backend, which ``export`` alone leaves as the caller set them.
+ge = gz = gs = None
 
 FORMAT = 'braintrace-params'
 KEY_FORM = ("the ParamState's path in the model (treefy_states(...).to_flat()), joined by '/', "
@@ -84,9 +82,9 @@ def flat_params(net):
 
 
 def metadata(model=''):
-    v = ge.versions()
     return {'format': FORMAT, 'key_form': KEY_FORM, 'model': model,
-            'braintrace': v['braintrace'], 'brainstate': v['brainstate'], 'jax': v['jax']}
+            'braintrace': pkg_version('braintrace'), 'brainstate': pkg_version('brainstate'),
+            'jax': pkg_version('jax')}
 
 
 def export(net, path, model='', npz=False):
@@ -105,7 +103,18 @@ class Bare(brainstate.nn.Module):
     """The model is a layer itself (its keys start at the layer's states)."""
 
 
+def _import_generators():
+    global ge, gz, gs
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden_gen'))
+    import generate_e2e
+    import generate_zoo_rnn
+    import generate_zoo_snn
+    ge, gz, gs = generate_e2e, generate_zoo_rnn, generate_zoo_snn
+
+
 def build(spec):
+    import braintrace
+
     kind = spec['kind']
     if kind == 'rnn':
         if spec['cell'] == 'gru':
@@ -146,7 +155,7 @@ def run(net, xs):
     brainstate.nn.init_all_states(net, batch_size=xs.shape[1])
     hidden0 = {ge.path_str(p): np.asarray(st.value)
                for p, st in net.states(brainstate.HiddenState).items()}
-    outs = [np.asarray(net(jnp.asarray(xs[t]))) for t in range(xs.shape[0])]
+    outs = [np.asarray(net(jax.numpy.asarray(xs[t]))) for t in range(xs.shape[0])]
     return np.stack(outs), hidden0
 
 
@@ -206,6 +215,8 @@ def main(argv=None):
     ap.add_argument('--npz', action='store_true', help='also write <name>.npz')
     ap.add_argument('--min-margin', type=float, default=5e-3)
     a = ap.parse_args(argv)
+    _import_generators()
+    assert jax.numpy.ones(1).dtype == np.float64, 'x64 is not enabled'
     os.makedirs(a.out, exist_ok=True)
     models = [make(s, a.seed, a.out, a.npz, a.min_margin) for s in specs()]
     manifest = dict(metadata(), seed=a.seed, versions=ge.versions(),

@@ -424,14 +424,24 @@ mod tests {
             "{m}"
         );
         same(&st);
-        // ... which a layout fixes.
-        let t = f["layers/0/weight/weight"].clone();
+        // ... which a layout fixes: braintrace's (3, 2) is our (2, 3)
+        // transposed.
+        let t: Vec<f64> = (0..6).map(|i| i as f64).collect();
+        f.insert(
+            "layers/0/weight/weight".into(),
+            Tensor::from_vec(t, &[3, 2]).unwrap(),
+        );
+        let mut moved = st.clone();
         load_braintrace_into(
-            &mut st.clone(),
+            &mut moved,
             &f,
             &map().layout("fc0/weight/weight", Layout::Permute(vec![1, 0])),
         )
         .unwrap();
+        assert_eq!(
+            moved.params()["fc0/weight/weight"].to_vec_f64().unwrap(),
+            [0.0, 2.0, 4.0, 1.0, 3.0, 5.0]
+        );
         let bad = map().layout("fc0/weight/weight", Layout::Permute(vec![0, 0]));
         let m = load_braintrace_into(&mut st, &f, &bad)
             .unwrap_err()
@@ -440,7 +450,6 @@ mod tests {
             m.contains("not a permutation") && m.contains("[3, 2]"),
             "{m}"
         );
-        drop(t);
         // Two keys onto one, an integer tensor, a NaN.
         let mut f = file();
         f.insert("fc0/weight/bias".into(), Tensor::zeros(&[3], DType::F64));
