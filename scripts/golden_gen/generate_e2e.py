@@ -403,7 +403,12 @@ def run_bptt(spec, W, xs, ys):
             {k: np.asarray(v) for k, v in hid.items()})
 
 
-def run_etrace(spec, algo_name, options, W, xs, ys):
+def mse_step(learner):
+    return lambda x, y: jnp.mean((learner(x) - y) ** 2)
+
+
+def run_etrace(spec, algo_name, options, W, xs, ys, step_fn=mse_step):
+    """``step_fn(learner)`` is etrace_grad's per-step loss (MSE by default)."""
     net = MODELS[spec['model']](spec['n_in'], spec['n_rec'], spec['n_out'], spec['hp'])
     set_weights(net, W)
     algo = getattr(braintrace, algo_name)
@@ -419,8 +424,7 @@ def run_etrace(spec, algo_name, options, W, xs, ys):
     with warnings.catch_warnings(record=True) as rws:
         warnings.simplefilter('always')
         grads, losses = learner.etrace_grad(
-            jnp.asarray(xs), jnp.asarray(ys),
-            step_fn=lambda x, y: jnp.mean((learner(x) - y) ** 2), return_value=True)
+            jnp.asarray(xs), jnp.asarray(ys), step_fn=step_fn(learner), return_value=True)
     grads = {k: np.asarray(v) for k, v in flat_grads(grads).items()}
     graph = learner.graph
     gidx = {id(g): g.index for g in graph.hidden_groups}

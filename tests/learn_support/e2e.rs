@@ -122,6 +122,19 @@ fn mse(o: &Tensor, y: &Tensor) -> braintrace::Result<Tensor> {
     o.sub(y)?.square()?.mean_all()
 }
 
+type LossFn = fn(&Tensor, &Tensor) -> braintrace::Result<Tensor>;
+
+/// The case's per-step loss: its `loss` field (absent: MSE against `ys`).
+fn loss_of(o: &Map<String, Value>) -> R<LossFn> {
+    match o.get("loss").map(|v| str_of(v, "loss")).transpose()? {
+        None => Ok(mse),
+        Some("softmax_cross_entropy_with_integer_labels") => {
+            Ok(braintrace::nn::loss::softmax_cross_entropy_with_integer_labels)
+        }
+        Some(other) => Err(format!("unknown loss `{other}`")),
+    }
+}
+
 /// braintrace warns when a weight reaches a hidden state both directly and
 /// through another trainable ETP primitive (the MGU's `Wf`, through `Wh`):
 /// the relation is kept and the indirect path is left out of the traces.
@@ -262,6 +275,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
                 "spike_threshold_margin",
                 "generator",
                 "projection_draws",
+                "loss",
             ][..],
             algos.case_keys,
         ]
@@ -417,6 +431,7 @@ pub(super) fn check_model<M: Model>(
     if let Some(var) = VARIANT.get() {
         return variant(model, o, algo, b, var);
     }
+    let loss = loss_of(o)?;
     let mut state = ModelState::new(&model, DType::F64, 0, Some(b)).map_err(e)?;
     let weights = dict(field(o, "weights", "case")?, "weights")?;
     let declared: Vec<String> = state.param_infos().iter().map(|p| p.key.clone()).collect();
@@ -444,7 +459,7 @@ pub(super) fn check_model<M: Model>(
         &["objective", "grads", "losses", "outputs", "hidden"],
         fails,
     );
-    let bptt = bptt_grad(&model, &state, &xs, &ys, mse, Reduction::Mean).map_err(e)?;
+    let bptt = bptt_grad(&model, &state, &xs, &ys, loss, Reduction::Mean).map_err(e)?;
     compare_dict(
         "bptt.grads",
         &bptt.grads,
@@ -480,7 +495,7 @@ pub(super) fn check_model<M: Model>(
     let et = obj(field(o, "etrace", "case")?, "etrace")?;
     known(et, "etrace", &["grads", "grad_dtypes", "losses"], fails);
     let out = learner
-        .etrace_grad(&xs, &ys, mse, Reduction::Mean)
+        .etrace_grad(&xs, &ys, loss, Reduction::Mean)
         .map_err(e)?;
     compare_dict(
         "etrace.grads",
@@ -529,6 +544,7 @@ fn variant<M: Model>(
             .map(|(k, t)| Ok((k, t.cast(var.dtype).map_err(e)?)))
             .collect()
     };
+    let loss = loss_of(o)?;
     let mut state = ModelState::new(&model, var.dtype, 0, Some(b)).map_err(e)?;
     state
         .set_params(&cast(dict(field(o, "weights", "case")?, "weights")?)?)
@@ -547,7 +563,7 @@ fn variant<M: Model>(
         learner.state_mut().set_hidden(k, t).map_err(e)?;
     }
     let out = learner
-        .etrace_grad(&xs, &ys, mse, Reduction::Mean)
+        .etrace_grad(&xs, &ys, loss, Reduction::Mean)
         .map_err(e)?;
     let et = obj(field(o, "etrace", "case")?, "etrace")?;
     let want = dict(field(et, "grads", "etrace")?, "etrace.grads")?;

@@ -5,7 +5,7 @@
 //! synapses and short-term plasticity in [`snn`] ([`If`], [`Lif`],
 //! [`Alif`], [`Expon`], [`Alpha`], [`DualExpon`], [`Std`], [`Stp`],
 //! [`SpikeBitwise`]); seeded [`init`]ialisers; the
-//! [`optim`]isers [`Sgd`] and [`Adam`]; safetensors [`io`]; [`checkpoint`]s
+//! [`optim`]isers [`Sgd`] and [`Adam`]; safetensors [`io`] (and [`io_braintrace`]: weights from braintrace); [`checkpoint`]s
 //! for an exact resume.
 //!
 //! Every layer implements [`Model`](crate::learn::Model): `init` declares its
@@ -15,6 +15,7 @@
 pub mod checkpoint;
 pub mod init;
 pub mod io;
+pub mod io_braintrace;
 mod layers;
 pub mod loss;
 pub mod optim;
