@@ -49,3 +49,5 @@ pub use init::{Distribution, FanMode};
 pub use norm::{GroupNorm, LayerNorm, RmsNorm};
 pub use pool::{Flatten, Pool, Pool1d, Pool2d, PoolKind, Unflatten};
 pub use sequential::Sequential;
+#[cfg(test)]
+mod blocks_tests;
