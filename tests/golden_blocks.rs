@@ -153,12 +153,19 @@ fn layer(case: &Value) -> (Box<dyn Model>, Vec<(String, String)>) {
 /// mismatch.
 fn compare(what: &str, got: &Tensor, want: &Tensor) -> Option<String> {
     if got.shape() != want.shape() {
-        return Some(format!("{what}: shape {:?} vs {:?}", got.shape(), want.shape()));
+        return Some(format!(
+            "{what}: shape {:?} vs {:?}",
+            got.shape(),
+            want.shape()
+        ));
     }
     let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         if !((a - b).abs() <= TOL * (1.0 + b.abs())) {
-            return Some(format!("{what}[{i}]: {a} vs {b} (diff {:e})", (a - b).abs()));
+            return Some(format!(
+                "{what}[{i}]: {a} vs {b} (diff {:e})",
+                (a - b).abs()
+            ));
         }
     }
     None
@@ -232,7 +239,11 @@ fn golden_blocks_cases() {
     }
     println!("golden blocks: {} cases {per_kind:?}", cases.len());
     assert!(cases.len() >= 40, "only {} cases", cases.len());
-    assert!(failures.is_empty(), "golden blocks:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden blocks:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// The check can fail: an input moved by ~1e-6 makes every case mismatch.

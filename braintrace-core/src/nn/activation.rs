@@ -101,7 +101,11 @@ pub fn gelu(x: &Tensor, approximate: bool) -> Result<Tensor> {
     if approximate {
         let s = (2.0 / std::f64::consts::PI).sqrt();
         let inner = x.add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?;
-        let cdf = inner.mul_scalar(s)?.tanh()?.add_scalar(1.0)?.mul_scalar(0.5)?;
+        let cdf = inner
+            .mul_scalar(s)?
+            .tanh()?
+            .add_scalar(1.0)?
+            .mul_scalar(0.5)?;
         x.mul(&cdf)
     } else {
         let e = x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?;
@@ -230,7 +234,7 @@ pub fn softmin(x: &Tensor, axis: isize) -> Result<Tensor> {
 pub fn glu(x: &Tensor, axis: isize) -> Result<Tensor> {
     let ax = resolve_axis("glu", x, axis)?;
     let n = x.shape()[ax];
-    if n % 2 != 0 {
+    if !n.is_multiple_of(2) {
         return Err(Error::shapes(
             "glu",
             [x.shape()],
@@ -483,7 +487,10 @@ impl Activation {
             Hardshrink { lambd } => hard_shrink(x, lambd),
             Softshrink { lambd } => soft_shrink(x, lambd),
             Tanhshrink => tanh_shrink(x),
-            Threshold { threshold: t, value } => threshold(x, t, value),
+            Threshold {
+                threshold: t,
+                value,
+            } => threshold(x, t, value),
             Softmax { axis } => softmax(x, axis),
             LogSoftmax { axis } => log_softmax(x, axis),
             Softmin { axis } => softmin(x, axis),

@@ -4,7 +4,9 @@
 //! mode, `vmap`/`jit` through the blocks, and constructor errors.
 
 use super::activation::{self as act, Activation, PRelu, SELU_ALPHA, SELU_SCALE};
-use super::{Dropout, Flatten, GroupNorm, LayerNorm, Pool1d, Pool2d, RmsNorm, Sequential, Unflatten};
+use super::{
+    Dropout, Flatten, GroupNorm, LayerNorm, Pool1d, Pool2d, RmsNorm, Sequential, Unflatten,
+};
 use crate::error::{Error, Result};
 use crate::learn::{Model, ModelState};
 use crate::random::Rng;
@@ -32,7 +34,7 @@ fn draw(shape: &[usize], seed: u64, scale: f64) -> Tensor {
 
 /// `grad f` at `x` against central differences of `f` (f64).
 fn check_fd(name: &str, f: impl Fn(&Tensor) -> Result<Tensor>, x: &Tensor) {
-    let cot = draw(&f(x).unwrap().shape().to_vec(), 99, 1.0);
+    let cot = draw(f(x).unwrap().shape(), 99, 1.0);
     let loss = |a: &Tensor| f(a)?.mul(&cot)?.sum_all();
     let g = grad(|a: &[Tensor]| loss(&a[0]))(std::slice::from_ref(x)).unwrap()[0]
         .to_vec_f64()
@@ -127,14 +129,7 @@ fn reference(a: &Activation, x: f64) -> f64 {
             }
         }
         Celu { alpha } => x.max(0.0) + alpha * (x.min(0.0) / alpha).exp_m1(),
-        Selu => {
-            SELU_SCALE
-                * if x > 0.0 {
-                    x
-                } else {
-                    SELU_ALPHA * x.exp_m1()
-                }
-        }
+        Selu => SELU_SCALE * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() },
         Gelu { approximate: false } => 0.5 * x * (1.0 + erf_ref(x / 2f64.sqrt())),
         Gelu { approximate: true } => {
             let s = (2.0 / std::f64::consts::PI).sqrt();
@@ -361,15 +356,17 @@ fn norms_match_explicit_loops_and_finite_differences() {
         let (st, y) = eval(m.as_ref(), &x);
         let y = y.to_vec_f64().unwrap();
         for (a, b) in y.iter().zip(want) {
-            assert!((a - b).abs() < 1e-12, "{m:?}: {a} vs {b}", m = st.params().keys());
+            assert!(
+                (a - b).abs() < 1e-12,
+                "{m:?}: {a} vs {b}",
+                m = st.params().keys()
+            );
         }
         let infos = st.param_infos().to_vec();
         let pv = st.param_values().to_vec();
         check_fd(
             "norm",
-            |t| {
-                Ok(crate::learn::step_values(m.as_ref(), &infos, &pv, &[], &[], t)?.0)
-            },
+            |t| Ok(crate::learn::step_values(m.as_ref(), &infos, &pv, &[], &[], t)?.0),
             &x,
         );
     }
@@ -395,8 +392,16 @@ fn pooling_matches_explicit_loops() {
     let at = |b: usize, l: isize, c: usize| -> Option<f64> {
         (0..7).contains(&l).then(|| v[b * 21 + l as usize * 3 + c])
     };
-    let mp = Pool1d::max([3]).with_stride([2]).with_padding(1).apply(&x).unwrap();
-    let ap = Pool1d::avg([3]).with_stride([2]).with_padding(1).apply(&x).unwrap();
+    let mp = Pool1d::max([3])
+        .with_stride([2])
+        .with_padding(1)
+        .apply(&x)
+        .unwrap();
+    let ap = Pool1d::avg([3])
+        .with_stride([2])
+        .with_padding(1)
+        .apply(&x)
+        .unwrap();
     assert_eq!(mp.shape(), &[2, 4, 3]);
     let (mv, av) = (mp.to_vec_f64().unwrap(), ap.to_vec_f64().unwrap());
     for b in 0..2 {
@@ -431,7 +436,12 @@ fn pooling_matches_explicit_loops() {
     }
     check_fd(
         "avgpool2d",
-        |t| Pool2d::avg([2, 3]).with_stride([2, 1]).with_padding(1).apply(t),
+        |t| {
+            Pool2d::avg([2, 3])
+                .with_stride([2, 1])
+                .with_padding(1)
+                .apply(t)
+        },
         &x2,
     );
     check_fd("maxpool1d", |t| Pool1d::max([2]).apply(t), &x);
@@ -468,7 +478,11 @@ fn dropout_keeps_the_right_fraction_and_is_the_identity_when_evaluating() {
         assert!(*a == 0.0 || (a - b / 0.7).abs() < 1e-12);
     }
     // Another input draws another mask.
-    let y2 = d.apply(&x.mul_scalar(1.1).unwrap()).unwrap().to_vec_f64().unwrap();
+    let y2 = d
+        .apply(&x.mul_scalar(1.1).unwrap())
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
     let same = y
         .iter()
         .zip(&y2)
@@ -477,16 +491,21 @@ fn dropout_keeps_the_right_fraction_and_is_the_identity_when_evaluating() {
         / y.len() as f64;
     assert!(same < 0.7, "masks agree on {same}");
     // Another seed too.
-    let y3 = Dropout::new(0.3, 12).unwrap().apply(&x).unwrap().to_vec_f64().unwrap();
+    let y3 = Dropout::new(0.3, 12)
+        .unwrap()
+        .apply(&x)
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
     assert_ne!(y, y3);
     // Gradient: 1/q on the kept entries, 0 on the dropped ones (the mask is
     // a hash of the input, so finite differences would redraw it).
     let small = draw(&[4, 5], 9, 1.0);
     let ys = d.apply(&small).unwrap().to_vec_f64().unwrap();
-    let g = grad(|a: &[Tensor]| d.apply(&a[0])?.sum_all())(std::slice::from_ref(&small))
-        .unwrap()[0]
-        .to_vec_f64()
-        .unwrap();
+    let g = grad(|a: &[Tensor]| d.apply(&a[0])?.sum_all())(std::slice::from_ref(&small)).unwrap()
+        [0]
+    .to_vec_f64()
+    .unwrap();
     for (gi, yi) in g.iter().zip(&ys) {
         assert_eq!(*gi, if *yi == 0.0 { 0.0 } else { 1.0 / 0.7 });
     }
@@ -528,7 +547,10 @@ fn prelu_learns_its_slope() {
     let p = PRelu::new("act", 3);
     let x = draw(&[4, 3], 12, 1.0);
     let st = ModelState::new(&p, DType::F64, 0, None).unwrap();
-    assert_eq!(st.param("act/weight").unwrap().to_vec_f64().unwrap(), [0.25; 3]);
+    assert_eq!(
+        st.param("act/weight").unwrap().to_vec_f64().unwrap(),
+        [0.25; 3]
+    );
     let infos = st.param_infos().to_vec();
     let g = grad(|a: &[Tensor]| {
         crate::learn::step_values(&p, &infos, &a[1..], &[], &[], &a[0])?
@@ -553,7 +575,11 @@ fn constructors_refuse_bad_hyperparameters() {
         assert!(s.contains(layer) && s.contains(value), "{s}");
     };
     expect(&LayerNorm::new("ln", 0), "LayerNorm `ln`", "0");
-    expect(&LayerNorm::new("ln", 4).with_eps(0.0), "LayerNorm `ln`", "eps");
+    expect(
+        &LayerNorm::new("ln", 4).with_eps(0.0),
+        "LayerNorm `ln`",
+        "eps",
+    );
     expect(&RmsNorm::new("r", 4).with_eps(-1.0), "RmsNorm `r`", "-1");
     expect(&GroupNorm::new("g", 6, 4), "GroupNorm `g`", "num_groups 4");
     expect(&GroupNorm::new("g", 6, 0), "GroupNorm `g`", "num_groups");
@@ -574,6 +600,11 @@ fn constructors_refuse_bad_hyperparameters() {
     // A wrong input width names the layer and the shape.
     let ln = LayerNorm::new("ln", 4);
     let st = ModelState::new(&ln, DType::F64, 0, None).unwrap();
-    let e = st.step(&ln, &Tensor::zeros(&[2, 5], DType::F64)).unwrap_err();
-    assert!(e.to_string().contains("LayerNorm `ln`") && e.to_string().contains("[2, 5]"), "{e}");
+    let e = st
+        .step(&ln, &Tensor::zeros(&[2, 5], DType::F64))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("LayerNorm `ln`") && e.to_string().contains("[2, 5]"),
+        "{e}"
+    );
 }

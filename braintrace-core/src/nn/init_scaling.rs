@@ -175,14 +175,16 @@ pub(super) fn draw_into(
             upper,
         } => {
             if !(std.is_finite() && std > 0.0 && mean.is_finite()) {
-                return bad(format!("std must be finite and > 0 (got {std}), mean finite (got {mean})"));
+                return bad(format!(
+                    "std must be finite and > 0 (got {std}), mean finite (got {mean})"
+                ));
             }
-            if !(lower < upper) {
+            if lower.partial_cmp(&upper) != Some(std::cmp::Ordering::Less) {
                 return bad(format!("lower {lower} must be below upper {upper}"));
             }
             let (a, b) = ((lower - mean) / std, (upper - mean) / std);
             let mass = norm_cdf(b) - norm_cdf(a);
-            if !(mass >= 1e-3) {
+            if mass.is_nan() || mass < 1e-3 {
                 return bad(format!(
                     "[{lower}, {upper}] holds {mass:e} of N({mean}, {std}²): too little to draw from"
                 ));
@@ -235,7 +237,10 @@ mod tests {
     fn check_moments(v: &[f64], mean: f64, var: f64) {
         let (m, s2) = mean_var(v);
         let n = v.len() as f64;
-        assert!((m - mean).abs() < 5.0 * (var / n).sqrt(), "mean {m} vs {mean}");
+        assert!(
+            (m - mean).abs() < 5.0 * (var / n).sqrt(),
+            "mean {m} vs {mean}"
+        );
         assert!(
             (s2 - var).abs() < 5.0 * var * (2.0 / n).sqrt(),
             "variance {s2} vs {var}"
@@ -308,7 +313,14 @@ mod tests {
 
     #[test]
     fn uniform_and_identity() {
-        let v = draw(Initializer::Uniform { min: -1.0, max: 3.0 }, &[100_000], 5);
+        let v = draw(
+            Initializer::Uniform {
+                min: -1.0,
+                max: 3.0,
+            },
+            &[100_000],
+            5,
+        );
         assert!(v.iter().all(|&x| (-1.0..3.0).contains(&x)));
         check_moments(&v, 1.0, 16.0 / 12.0);
         let v = draw(Initializer::Identity { value: 2.5 }, &[2, 3], 0);

@@ -40,8 +40,7 @@ pub(crate) fn normalize(x: &Tensor, axes: &[usize], eps: f64, use_mean: bool) ->
     }
     let mu = keep(x.mean(axes)?)?;
     let var = mu2.sub(&mu.square()?)?.max_scalar(0.0)?;
-    x.sub(&mu)?
-        .mul(&var.add_scalar(eps)?.sqrt()?.reciprocal()?)
+    x.sub(&mu)?.mul(&var.add_scalar(eps)?.sqrt()?.reciprocal()?)
 }
 
 /// Declare the `scale` (ones) and `bias` (zeros) leaves of `state` with
@@ -64,13 +63,7 @@ fn declare_affine(
 }
 
 /// Apply `scale` and `bias` leaves of `state`, when declared.
-fn apply_affine(
-    ctx: &StepCtx,
-    y: Tensor,
-    state: &str,
-    scale: bool,
-    bias: bool,
-) -> Result<Tensor> {
+fn apply_affine(ctx: &StepCtx, y: Tensor, state: &str, scale: bool, bias: bool) -> Result<Tensor> {
     let mut y = y;
     if scale {
         y = y.mul(&ctx.param(&join_path(state, "scale"))?)?;
@@ -196,7 +189,13 @@ impl RmsNorm {
 impl Model for RmsNorm {
     fn init(&self, init: &mut Init) -> Result<()> {
         self.check()?;
-        declare_affine(init, &self.state_path(), self.features, self.use_scale, false)
+        declare_affine(
+            init,
+            &self.state_path(),
+            self.features,
+            self.use_scale,
+            false,
+        )
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let op = self.check()?;
@@ -253,7 +252,7 @@ impl GroupNorm {
         let op = layer_op("GroupNorm", &self.path);
         size_at_least_one(&op, "features", self.features)?;
         size_at_least_one(&op, "num_groups", self.num_groups)?;
-        if self.features % self.num_groups != 0 {
+        if !self.features.is_multiple_of(self.num_groups) {
             return Err(Error::invalid(
                 &op,
                 format!(

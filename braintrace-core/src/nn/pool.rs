@@ -153,7 +153,9 @@ fn pool_axis<const D: usize>(
         return Err(Error::shapes(
             op,
             [x.shape()],
-            format!("spatial axis {axis} of {len} (+{lo}+{hi} padding) is shorter than the kernel {k}"),
+            format!(
+                "spatial axis {axis} of {len} (+{lo}+{hi} padding) is shorter than the kernel {k}"
+            ),
         ));
     }
     let out = (padded - k) / s + 1;
@@ -319,7 +321,11 @@ impl Unflatten {
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let op = layer_op("Unflatten", &format!("{:?}", self.sizes));
         let n = x.ndim() as isize;
-        let a = if self.axis < 0 { self.axis + n } else { self.axis };
+        let a = if self.axis < 0 {
+            self.axis + n
+        } else {
+            self.axis
+        };
         if a < 0 || a >= n {
             return Err(Error::axis(&op, self.axis, x.shape()));
         }
@@ -347,7 +353,10 @@ impl Model for Unflatten {
         if self.sizes.is_empty() || self.sizes.contains(&0) {
             return Err(Error::invalid(
                 "Unflatten",
-                format!("sizes {:?} must be non-empty and at least 1 each", self.sizes),
+                format!(
+                    "sizes {:?} must be non-empty and at least 1 each",
+                    self.sizes
+                ),
             ));
         }
         Ok(())
