@@ -161,7 +161,7 @@ fn compare(what: &str, got: &Tensor, want: &Tensor) -> Option<String> {
     }
     let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        if !((a - b).abs() <= TOL * (1.0 + b.abs())) {
+        if (a - b).abs().is_nan() || (a - b).abs() > TOL * (1.0 + b.abs()) {
             return Some(format!(
                 "{what}[{i}]: {a} vs {b} (diff {:e})",
                 (a - b).abs()
