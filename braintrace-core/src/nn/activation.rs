@@ -7,7 +7,7 @@
 //! through it. Branches are `where`s whose untaken side cannot overflow
 //! (an ELU's `exp` sees `min(x, 0)`), so their derivatives stay finite.
 //!
-//! [`Activation`] is the layer: a [`Model`](crate::learn::Model) without
+//! [`Activation`] is the layer: a [`Model`] without
 //! parameters or states. [`PRelu`] is the one activation with a trainable
 //! parameter.
 
