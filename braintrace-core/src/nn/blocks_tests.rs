@@ -543,6 +543,28 @@ fn blocks_go_through_vmap_and_jit() {
 }
 
 #[test]
+fn pooling_goes_through_vmap_and_jit() {
+    // (batch 3, L 7, C 2); strided windows are gathers (`take`).
+    let x = draw(&[3, 7, 2], 13, 1.0);
+    for p in [
+        Pool1d::avg([3]).with_stride([2]).with_padding(1),
+        Pool1d::max([2]).with_stride([3]),
+    ] {
+        let want = p.apply(&x).unwrap().to_vec_f64().unwrap();
+        let f = |a: &[Tensor]| Ok(vec![p.apply(&a[0])?]);
+        let v = vmap(f, vec![Some(0)])(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(v[0].to_vec_f64().unwrap(), want);
+        let j = jit(f)(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(j[0].to_vec_f64().unwrap(), want);
+        check_fd(
+            "pool under jit",
+            |t| Ok(jit(f)(std::slice::from_ref(t))?.remove(0)),
+            &x,
+        );
+    }
+}
+
+#[test]
 fn prelu_learns_its_slope() {
     let p = PRelu::new("act", 3);
     let x = draw(&[4, 3], 12, 1.0);
