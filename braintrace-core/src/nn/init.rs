@@ -1,5 +1,6 @@
 //! Seeded initialisers: Kaiming normal, orthogonal and zeros, as braintrace's
-//! layers use them by default.
+//! layers use them by default; brainstate's variance-scaling family
+//! (Xavier, Kaiming uniform, LeCun), truncated normal, uniform and identity.
 
 use crate::error::{Error, Result};
 pub use crate::random::Rng;
@@ -28,7 +29,46 @@ pub enum Initializer {
         /// The standard deviation.
         std: f64,
     },
+    /// brainstate's `VarianceScaling`: variance `scale / n` with `n` the fan
+    /// chosen by `mode`, drawn from `distribution` (see
+    /// [`Initializer::xavier_normal`] and its siblings; formulas in
+    /// `nn/init_scaling.rs`).
+    VarianceScaling {
+        /// The variance's numerator.
+        scale: f64,
+        /// Which fan divides it.
+        mode: FanMode,
+        /// The distribution drawn from.
+        distribution: Distribution,
+    },
+    /// `N(mean, std²)` truncated to `[lower, upper]` (absolute bounds, as
+    /// brainstate's `TruncatedNormal`: `mean 0, std 1, [-2, 2]`).
+    TruncatedNormal {
+        /// Mean before truncating.
+        mean: f64,
+        /// Standard deviation before truncating (> 0).
+        std: f64,
+        /// Lower bound.
+        lower: f64,
+        /// Upper bound (> lower).
+        upper: f64,
+    },
+    /// Uniform on `[min, max)` (brainstate's `Uniform`: `[0, 1)`).
+    Uniform {
+        /// Lower limit.
+        min: f64,
+        /// Upper limit (≥ min).
+        max: f64,
+    },
+    /// `value` on the diagonal of a rank-2 (possibly rectangular) shape,
+    /// zeros elsewhere (brainstate's `Identity`: `value = 1`).
+    Identity {
+        /// The diagonal's value.
+        value: f64,
+    },
 }
+
+pub use super::init_scaling::{Distribution, FanMode};
 
 impl Initializer {
     /// `KaimingNormal { scale: 2 }`, braintrace's default for `Linear`.
@@ -74,6 +114,7 @@ impl Initializer {
                 drop(data);
                 data = orthogonal(shape, scale, rng)?;
             }
+            other => super::init_scaling::draw_into(&other, shape, n, rng, &mut data)?,
         }
         Tensor::from_vec(data, shape)?.cast(dtype)
     }

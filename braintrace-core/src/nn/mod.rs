@@ -35,3 +35,20 @@ pub use snn::{
     Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
 };
 pub use spiking::{ExpSynapse, LifCell};
+
+// Non-temporal blocks: activations, norms, dropout, pooling, reshaping,
+// `Sequential` (issue 34, items 4 and 5).
+pub mod activation;
+mod dropout;
+mod init_scaling;
+mod norm;
+mod pool;
+mod sequential;
+pub use activation::{Activation, PRelu};
+pub use dropout::Dropout;
+pub use init::{Distribution, FanMode};
+pub use norm::{GroupNorm, LayerNorm, RmsNorm};
+pub use pool::{Flatten, Pool, Pool1d, Pool2d, PoolKind, Unflatten};
+pub use sequential::Sequential;
+#[cfg(test)]
+mod blocks_tests;

@@ -282,6 +282,8 @@ impl Tensor {
         softplus => UnaryOp::Softplus;
         /// arctangent (derivative `1 / (1 + x²)`)
         atan => UnaryOp::Atan;
+        /// the error function (derivative `2/√π e^{−x²}`)
+        erf => UnaryOp::Erf;
     }
     scalar_methods! {
         /// `self * s`

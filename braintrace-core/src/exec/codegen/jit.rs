@@ -54,6 +54,7 @@ callee_fns! {
     cos_f32: f32 => |x| UnaryOp::Cos.apply(x);
     softplus_f32: f32 => |x| UnaryOp::Softplus.apply(x);
     atan_f32: f32 => |x| UnaryOp::Atan.apply(x);
+    erf_f32: f32 => |x| UnaryOp::Erf.apply(x);
     exp_f64: f64 => |x| UnaryOp::Exp.apply(x);
     log_f64: f64 => |x| UnaryOp::Log.apply(x);
     tanh_f64: f64 => |x| UnaryOp::Tanh.apply(x);
@@ -62,6 +63,7 @@ callee_fns! {
     cos_f64: f64 => |x| UnaryOp::Cos.apply(x);
     softplus_f64: f64 => |x| UnaryOp::Softplus.apply(x);
     atan_f64: f64 => |x| UnaryOp::Atan.apply(x);
+    erf_f64: f64 => |x| UnaryOp::Erf.apply(x);
 }
 
 extern "C" fn pow_f32(x: f32, y: f32) -> f32 {
@@ -86,6 +88,7 @@ fn callee(c: Callee) -> Option<(&'static str, *const u8, usize)> {
             Cos => u("bt_cos_f32", cos_f32 as *const u8),
             Softplus => u("bt_softplus_f32", softplus_f32 as *const u8),
             Atan => u("bt_atan_f32", atan_f32 as *const u8),
+            Erf => u("bt_erf_f32", erf_f32 as *const u8),
             _ => None,
         },
         Callee::Unary(op, true) => match op {
@@ -97,6 +100,7 @@ fn callee(c: Callee) -> Option<(&'static str, *const u8, usize)> {
             Cos => u("bt_cos_f64", cos_f64 as *const u8),
             Softplus => u("bt_softplus_f64", softplus_f64 as *const u8),
             Atan => u("bt_atan_f64", atan_f64 as *const u8),
+            Erf => u("bt_erf_f64", erf_f64 as *const u8),
             _ => None,
         },
     }

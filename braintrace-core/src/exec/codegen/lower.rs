@@ -64,7 +64,12 @@ fn inline_unary(u: UnaryOp, f64: bool) -> bool {
         | UnaryOp::Step
         | UnaryOp::Sign => true,
         UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh => !f64,
-        UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Softplus | UnaryOp::Atan => false,
+        UnaryOp::Log
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Softplus
+        | UnaryOp::Atan
+        | UnaryOp::Erf => false,
     }
 }
 
@@ -267,7 +272,12 @@ fn unary(e: &mut Emit, u: UnaryOp, x: Value) -> Value {
         UnaryOp::Exp => e.exp_f32(x),
         UnaryOp::Sigmoid => e.sigmoid_f32(x),
         UnaryOp::Tanh => e.tanh_f32(x),
-        UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Softplus | UnaryOp::Atan => {
+        UnaryOp::Log
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Softplus
+        | UnaryOp::Atan
+        | UnaryOp::Erf => {
             unreachable!("called, not inline")
         }
     }

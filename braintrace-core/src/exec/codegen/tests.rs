@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
-const UNARY: [UnaryOp; 16] = [
+const UNARY: [UnaryOp; 17] = [
     UnaryOp::Neg,
     UnaryOp::Exp,
     UnaryOp::Log,
@@ -28,6 +28,7 @@ const UNARY: [UnaryOp; 16] = [
     UnaryOp::Step,
     UnaryOp::Sign,
     UnaryOp::Atan,
+    UnaryOp::Erf,
 ];
 const BINARY: [BinaryOp; 7] = [
     BinaryOp::Add,

@@ -40,6 +40,8 @@ pub enum UnaryOp {
     Sign,
     /// arctangent
     Atan,
+    /// the error function `erf x = 2/√π ∫₀ˣ e^{−t²} dt` (exact GELU)
+    Erf,
 }
 
 impl UnaryOp {
@@ -61,6 +63,7 @@ impl UnaryOp {
             UnaryOp::Step => "step",
             UnaryOp::Sign => "sign",
             UnaryOp::Atan => "atan",
+            UnaryOp::Erf => "erf",
         }
     }
     #[inline(always)]
@@ -102,6 +105,7 @@ impl UnaryOp {
                 }
             }
             UnaryOp::Atan => x.atan(),
+            UnaryOp::Erf => T::from(erf_f64(x.to_f64().unwrap_or(f64::NAN))).unwrap_or(T::nan()),
             UnaryOp::Sign => {
                 if x > T::zero() {
                     one
@@ -113,6 +117,51 @@ impl UnaryOp {
             }
         }
     }
+}
+
+/// `erf x` in f64 to a few ulps: for `|x| < 2.5` the series
+/// `erf x = 2/√π · e^{−x²} · Σₙ 2ⁿ x^{2n+1} / (1·3·…·(2n+1))` (all terms
+/// positive: no cancellation); beyond, `1 − erfc |x|` with `erfc` from its
+/// continued fraction (Lentz), `±1` past 6.
+pub(crate) fn erf_f64(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a >= 6.0 {
+        return x.signum();
+    }
+    if a < 2.5 {
+        let x2 = x * x;
+        let (mut term, mut sum, mut n) = (x, x, 0.0f64);
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= 2.0 * x2 / (2.0 * n + 1.0);
+            sum += term;
+        }
+        return std::f64::consts::FRAC_2_SQRT_PI * (-x2).exp() * sum;
+    }
+    // erfc(a) = e^{−a²}/√π · 1/(a + (1/2)/(a + 1/(a + (3/2)/(a + …)))),
+    // evaluated as the continued fraction b₀ + K(aₖ/bₖ) with b = a,
+    // aₖ = k/2, by the modified Lentz method.
+    let tiny = 1e-300;
+    let mut f = a;
+    let (mut c, mut d) = (a, 0.0f64);
+    for k in 1..200 {
+        let ak = k as f64 / 2.0;
+        d = a + ak * d;
+        d = if d.abs() < tiny { tiny } else { d };
+        c = a + ak / c;
+        c = if c.abs() < tiny { tiny } else { c };
+        d = 1.0 / d;
+        let delta = c * d;
+        f *= delta;
+        if (delta - 1.0).abs() < 1e-16 {
+            break;
+        }
+    }
+    let erfc = (-a * a).exp() / (std::f64::consts::PI.sqrt() * f);
+    (1.0 - erfc).copysign(x)
 }
 
 /// `op` over every element. The op is matched once, outside the loop, so
@@ -128,7 +177,7 @@ fn map_unary<T: Float>(op: UnaryOp, a: &ArrayD<T>) -> ArrayD<T> {
     }
     arms!(
         Neg, Exp, Log, Tanh, Sigmoid, Relu, Sqrt, Abs, Sin, Cos, Square, Reciprocal, Softplus,
-        Step, Sign, Atan
+        Step, Sign, Atan, Erf
     )
 }
 
@@ -170,7 +219,7 @@ pub(super) fn unary_loop<T: Float>(op: UnaryOp, a: &[T], out: &mut [T]) {
     }
     arms!(
         Neg, Exp, Log, Tanh, Sigmoid, Relu, Sqrt, Abs, Sin, Cos, Square, Reciprocal, Softplus,
-        Step, Sign, Atan
+        Step, Sign, Atan, Erf
     )
 }
 
@@ -257,6 +306,13 @@ impl Primitive for Unary {
             UnaryOp::Square => t.mul(x)?.mul_scalar(2.0)?,
             UnaryOp::Reciprocal => t.mul(&y.square()?)?.neg()?,
             UnaryOp::Atan => t.div(&x.square()?.add_scalar(1.0)?)?,
+            // d erf / dx = 2/√π e^{−x²}
+            UnaryOp::Erf => t.mul(
+                &x.square()?
+                    .neg()?
+                    .exp()?
+                    .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
+            )?,
             UnaryOp::Softplus => t.mul(&x.sigmoid()?)?,
             UnaryOp::Step | UnaryOp::Sign => return Ok((vec![y], vec![None])),
         };
