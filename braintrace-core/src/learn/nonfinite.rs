@@ -68,6 +68,7 @@ pub fn check_finite(op: &str, what: &str, key: &str, t: &Tensor) -> Result<()> {
             key: key.to_string(),
             index,
             value,
+            step: None,
         }),
     }
 }
