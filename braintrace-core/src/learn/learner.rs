@@ -285,6 +285,10 @@ impl<M: Model> Learner<M> {
     /// the learner at the last completed step: hidden states, traces and the
     /// step counter agree, and the gradients of that call are dropped.
     ///
+    /// A NaN or an infinity in `xs`, `ys` or written by a step follows
+    /// the learner's [`NonFinite`](super::NonFinite) policy (see
+    /// [`set_non_finite`](Self::set_non_finite)).
+    ///
     /// `xs` and `ys` are time-major: `(T, *input)` and `(T, *target)`.
     pub fn etrace_grad<L>(
         &mut self,
