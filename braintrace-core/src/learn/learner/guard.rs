@@ -31,7 +31,42 @@ pub(super) struct Written<'a> {
     pub grad_extra: &'a [Tensor],
 }
 
+/// What a scanned tensor is, named only when it holds a non-finite value.
+#[derive(Clone, Copy)]
+enum Key {
+    Hidden(usize),
+    Out,
+    Loss,
+    Grad(usize),
+    Trace(usize),
+    Term(usize),
+}
+
 impl<M: Model> Learner<M> {
+    /// What `key` names and its name (a hidden state's path, a parameter key).
+    fn name(&self, key: Key) -> (&'static str, String) {
+        match key {
+            Key::Hidden(i) => (
+                "hidden state",
+                self.state
+                    .hidden_infos()
+                    .get(i)
+                    .map_or_else(|| format!("#{i}"), |h| h.path.clone()),
+            ),
+            Key::Out => ("output", "out".to_string()),
+            Key::Loss => ("loss", "loss".to_string()),
+            Key::Grad(p) => (
+                "gradient",
+                self.state
+                    .param_infos()
+                    .get(p)
+                    .map_or_else(|| format!("#{p}"), |i| i.key.clone()),
+            ),
+            Key::Trace(i) => ("trace", format!("#{i}")),
+            Key::Term(i) => ("trace update term", format!("#{i}")),
+        }
+    }
+
     /// What a non-finite value written by a step does (default
     /// [`NonFinite::Error`]):
     ///
@@ -126,41 +161,31 @@ impl<M: Model> Learner<M> {
         if self.non_finite == NonFinite::Allow {
             return Ok(None);
         }
-        let hidden = self.state.hidden_infos();
-        let params = self.state.param_infos();
-        let named = w
+        // Names are made only for what is found (the scan allocates nothing).
+        let named = (w
             .hidden
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                let key = hidden
-                    .get(i)
-                    .map_or_else(|| format!("#{i}"), |h| h.path.clone());
-                ("hidden state", key, t)
-            })
-            .chain(w.out.iter().map(|t| ("output", "out".to_string(), t)))
-            .chain(w.loss.map(|t| ("loss", "loss".to_string(), t)))
-            .chain(
-                w.grads
-                    .iter()
-                    .zip(w.grad_params)
-                    .map(|(t, &p)| ("gradient", params[p].key.clone(), t)),
-            )
-            .chain(
-                w.traces
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| ("trace", format!("#{i}"), t)),
-            )
-            .chain(
-                w.extra
-                    .iter()
-                    .chain(w.grad_extra)
-                    .enumerate()
-                    .map(|(i, t)| ("trace update term", format!("#{i}"), t)),
-            );
-        for (what, key, t) in named {
+            .map(|(i, t)| (Key::Hidden(i), t)))
+        .chain(w.out.iter().map(|t| (Key::Out, t)))
+        .chain(w.loss.map(|t| (Key::Loss, t)))
+        .chain(
+            w.grads
+                .iter()
+                .zip(w.grad_params)
+                .map(|(t, &p)| (Key::Grad(p), t)),
+        )
+        .chain(w.traces.iter().enumerate().map(|(i, t)| (Key::Trace(i), t)))
+        .chain(
+            w.extra
+                .iter()
+                .chain(w.grad_extra)
+                .enumerate()
+                .map(|(i, t)| (Key::Term(i), t)),
+        );
+        for (key, t) in named {
             if let Some((index, value)) = first_non_finite(t)? {
+                let (what, key) = self.name(key);
                 return Ok(Some(Error::NonFinite {
                     op: op.to_string(),
                     what: what.to_string(),
