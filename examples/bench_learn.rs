@@ -72,8 +72,10 @@
 //! squared error. `BENCH_QUICK=1` runs a smoke grid (hidden 32, batch 4,
 //! T 5). The learners compute what braintrace does (`NonTemporal::Zero`,
 //! `InStepPaths::Twice`); `BENCH_IN_STEP_PATHS=once` measures the
-//! library's default learning signal instead (in-step paths counted once:
-//! an extra reverse pass for groups such as the LIF's `i → v`).
+//! corrected learning signal instead (in-step paths counted once: an extra
+//! reverse pass for groups such as the LIF's `i → v`). The learner scans
+//! each step for NaN and infinities (its default `NonFinite::Error`);
+//! `BENCH_NON_FINITE=allow` measures without the scan.
 
 mod floor;
 mod snn_nets;
@@ -846,7 +848,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Result<Measured> {
     let state = ModelState::new(&model, DType::F32, SEED, Some(cfg.batch))?;
     // `BENCH_IN_STEP_PATHS=once` measures the learning signal with in-step
-    // paths counted once (the library's default) instead of braintrace's.
+    // paths counted once (`InStepPaths::Once`) instead of braintrace's.
     let paths = match std::env::var("BENCH_IN_STEP_PATHS").as_deref() {
         Ok("once") => InStepPaths::Once,
         _ => InStepPaths::Twice,
@@ -881,6 +883,11 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     let x0 = Tensor::zeros(&[cfg.batch, N_IN], DType::F32);
     let t0 = Instant::now();
     let mut learner = compile(model, state, algo, &x0, Some(cfg.batch))?;
+    // `BENCH_NON_FINITE=allow` measures without the learner's scan for NaN
+    // and infinities (braintrace has none); the default scans.
+    if std::env::var("BENCH_NON_FINITE").as_deref() == Ok("allow") {
+        learner.set_non_finite(braintrace::learn::NonFinite::Allow);
+    }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if cfg.explain {
         eprintln!("{}", learner.explain());

@@ -1,7 +1,7 @@
 //! The learning layer by property: random small models assembled from the
 //! layers and ETP primitives (built-in, and one defined here with the
 //! macros), random algorithms and options, random valid and hostile
-//! inputs. Every call must return (never panic); every error must name
+//! inputs (wrong shapes and dtypes, NaN and infinities). Every call must return (never panic); every error must name
 //! what it refuses; after an error the learner is exactly as before
 //! (parameters, hidden states, traces); a valid call gives finite
 //! gradients shaped like the parameters; the staged step (`update`) gives
@@ -304,7 +304,22 @@ fn hostile(r: &mut Rng, cfg: &Cfg) -> (Tensor, Tensor, &'static [&'static str]) 
     let extra = 1 + r.below(2);
     let mut wide = xs_ok.clone();
     *wide.last_mut().unwrap() += extra;
-    match r.below(5) {
+    match r.below(7) {
+        // A NaN or an infinity in the inputs or the targets (the learner's
+        // default `NonFinite::Error`).
+        5 | 6 => {
+            let (mut xs, mut ys) = (data(r, &xs_ok, cfg.dtype), data(r, &ys_ok, cfg.dtype));
+            let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][r.below(3)];
+            let target = if r.below(2) == 0 { &mut xs } else { &mut ys };
+            let mut v = target.to_vec_f64().unwrap();
+            let i = r.below(v.len());
+            v[i] = bad;
+            *target = Tensor::from_vec(v, target.shape())
+                .unwrap()
+                .cast(cfg.dtype)
+                .unwrap();
+            (xs, ys, &["etrace_grad: input"])
+        }
         // Wrong input width.
         0 => (
             data(r, &wide, cfg.dtype),

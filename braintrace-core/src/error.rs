@@ -339,7 +339,7 @@ pub enum Error {
     /// A NaN or an infinity where a finite value is required (a gradient
     /// under [`NonFinite::Error`](crate::learn::NonFinite), a parameter given
     /// to `set_param`, an optimiser setting).
-    #[error("{op}: {what} `{key}` holds {value} at index {index:?}")]
+    #[error("{op}: {what} `{key}` holds {value} at index {index:?}{}", at_step(.step))]
     NonFinite {
         /// The op, optimiser or entry point that refused it.
         op: String,
@@ -352,6 +352,10 @@ pub enum Error {
         index: Vec<usize>,
         /// Its value (NaN, inf or -inf).
         value: f64,
+        /// The step it appeared at, for the learner's drivers: the row of
+        /// the sequence (`etrace_grad`, `evolve`) or the learner's step
+        /// counter (`update`); `None` elsewhere.
+        step: Option<usize>,
     },
     /// A file that cannot be read or written; the io error is the
     /// [`source`](std::error::Error::source).
@@ -585,4 +589,9 @@ impl Error {
             Error::DuplicatePrimitive { name, .. } | Error::UnknownPrimitive(name) => name,
         }
     }
+}
+
+/// ` at step t` for [`Error::NonFinite`]'s message, or nothing.
+fn at_step(step: &Option<usize>) -> String {
+    step.map(|t| format!(" at step {t}")).unwrap_or_default()
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 mod driver;
 mod evolve;
+mod guard;
 mod inspect;
 mod opts;
 pub use opts::{EtraceOpts, EtraceOut, EvolveOpts, StepLoss};
@@ -52,6 +53,10 @@ pub struct Learner<M: Model> {
     step_traces: usize,
     /// One step's estimated work: who runs it ([`crate::threads::Work`]).
     work: crate::threads::Work,
+    /// What a non-finite value written by a step does.
+    non_finite: super::NonFinite,
+    /// How many steps `NonFinite::Skip` dropped.
+    skipped: usize,
 }
 
 /// Compile `model` for online learning with `algorithm`.
@@ -108,6 +113,8 @@ pub fn compile<M: Model>(
         step: None,
         step_traces: 0,
         work,
+        non_finite: super::NonFinite::Error,
+        skipped: 0,
     })
 }
 
@@ -223,13 +230,37 @@ impl<M: Model> Learner<M> {
     }
 
     /// One online step: the model's output; hidden states and traces advance.
+    ///
+    /// A NaN or an infinity in `x` or in what the step writes (hidden
+    /// states, output, traces) is refused by default, with nothing changed
+    /// ([`set_non_finite`](Self::set_non_finite)); under
+    /// [`NonFinite::Skip`](super::NonFinite::Skip) the step is dropped and
+    /// its (non-finite) output returned.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
         crate::threads::auto(self.work, || self.update_here(x))
     }
 
     fn update_here(&mut self, x: &Tensor) -> Result<Tensor> {
         let x = self.check_input("update", x)?;
+        self.refuse_non_finite_input("update", &x)?;
         let f = self.run_forward(&x, self.state.hidden_values(), &self.traces)?;
+        let written = guard::Written {
+            out: std::slice::from_ref(&f.out),
+            loss: None,
+            hidden: &f.hidden,
+            traces: &f.traces,
+            extra: &f.extra,
+            grads: &[],
+            grad_params: &[],
+            grad_extra: &[],
+        };
+        if let Some(e) = self.scan_written("update", self.running_index, &written)? {
+            if self.non_finite == super::NonFinite::Skip {
+                self.skipped += 1;
+                return Ok(f.out);
+            }
+            return Err(e);
+        }
         // The forward program (where errors surface) has run; the
         // algorithm's own traces then advance in place.
         self.owned.begin_update(self.state.param_values())?;
@@ -253,6 +284,10 @@ impl<M: Model> Learner<M> {
     /// (possible only from a value-dependent operation inside `loss`) leaves
     /// the learner at the last completed step: hidden states, traces and the
     /// step counter agree, and the gradients of that call are dropped.
+    ///
+    /// A NaN or an infinity in `xs`, `ys` or written by a step follows
+    /// the learner's [`NonFinite`](super::NonFinite) policy (see
+    /// [`set_non_finite`](Self::set_non_finite)).
     ///
     /// `xs` and `ys` are time-major: `(T, *input)` and `(T, *target)`.
     pub fn etrace_grad<L>(

@@ -5,12 +5,14 @@
 //! reverse pass (the gradient is linear in them, so they cost nothing),
 //! several target sequences, per-step outputs and auxiliary values.
 
+use super::guard::Written;
 use super::opts::{EtraceOpts, EtraceOut, StepLoss};
 use super::Learner;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::learn::algorithm::{Reduction, SolveIn, VjpMethod};
 use crate::learn::hooked::{eval_hooked, Hooks};
+use crate::learn::nonfinite::NonFinite;
 use crate::learn::program::{Gradient, Program};
 use crate::learn::rows::{fill, set_scalar, stack_scalars};
 use crate::learn::state::{Model, TensorDict};
@@ -169,6 +171,10 @@ impl<M: Model> Learner<M> {
         }
         let dtype = self.state.dtype();
         let (seeds, loss_shape, total) = opts.seeds(t_len, dtype)?;
+        let ys_named: Vec<String> = (0..ys.len()).map(|i| format!("ys[{i}]")).collect();
+        let mut inputs: Vec<(&str, &Tensor)> = vec![("xs", xs)];
+        inputs.extend(ys_named.iter().map(String::as_str).zip(ys));
+        self.refuse_non_finite_inputs("etrace_grad", &inputs)?;
         let program = self.program.clone();
         let np = self.state.param_values().len();
         let nh = self.state.hidden_values().len();
@@ -257,6 +263,7 @@ impl<M: Model> Learner<M> {
         let mut losses = Vec::with_capacity(t_len);
         let mut outs = Vec::new();
         let mut auxs: Vec<Vec<Tensor>> = Vec::new();
+        let mut skipped: Vec<usize> = Vec::new();
         let mut done = 0;
         let outcome = (|| -> Result<()> {
             let mut accepted = 0usize;
@@ -268,7 +275,8 @@ impl<M: Model> Learner<M> {
                 c: z(),
             };
             for w in 0..runs {
-                let n = self.running_index + w;
+                // The step counter counts the steps taken (not the skipped).
+                let n = self.running_index + done;
                 fill(&mut rows.x, &xs_w, w)?;
                 for (r, s) in rows.ys.iter_mut().zip(&ys_w) {
                     fill(r, s, w)?;
@@ -303,17 +311,42 @@ impl<M: Model> Learner<M> {
                     grads: prog_params.len(),
                 };
                 let run = Run::read(&res, &counts)?;
-                // A window solves with the traces at its start: the first
-                // step carries the gradient, the others advance the traces.
-                for j in 0..k {
-                    let fe = &run.fwd_extra[j * fwd_extra..(j + 1) * fwd_extra];
-                    self.owned.step(fe, (j == 0).then_some(run.grad_extra))?;
-                }
-                for (&i, g) in prog_params.iter().zip(run.grads) {
-                    match &mut sums[i] {
-                        Some(a) => a.add_in_place(g)?,
-                        s => *s = Some(g.clone()),
+                let written = Written {
+                    out: run.outs,
+                    loss: Some(run.loss),
+                    hidden: run.hidden,
+                    traces: run.traces,
+                    extra: run.fwd_extra,
+                    grads: run.grads,
+                    grad_params: &prog_params,
+                    grad_extra: run.grad_extra,
+                };
+                let dropped = match self.scan_written("etrace_grad", w * k, &written)? {
+                    None => false,
+                    Some(_) if self.non_finite == NonFinite::Skip => true,
+                    Some(e) => return Err(e),
+                };
+                if dropped {
+                    // The step's loss, outputs and auxiliary values are
+                    // reported; its state and gradient are not taken.
+                    self.skipped += 1;
+                    skipped.push(w * k);
+                } else {
+                    // A window solves with the traces at its start: the first
+                    // step carries the gradient, the others advance the traces.
+                    for j in 0..k {
+                        let fe = &run.fwd_extra[j * fwd_extra..(j + 1) * fwd_extra];
+                        self.owned.step(fe, (j == 0).then_some(run.grad_extra))?;
                     }
+                    for (&i, g) in prog_params.iter().zip(run.grads) {
+                        match &mut sums[i] {
+                            Some(a) => a.add_in_place(g)?,
+                            s => *s = Some(g.clone()),
+                        }
+                    }
+                    hidden = run.hidden.to_vec();
+                    traces = run.traces.to_vec();
+                    done += 1;
                 }
                 if k == 1 {
                     losses.push(run.loss.clone());
@@ -333,9 +366,6 @@ impl<M: Model> Learner<M> {
                         }
                     }
                 }
-                hidden = run.hidden.to_vec();
-                traces = run.traces.to_vec();
-                done = w + 1;
             }
             Ok(())
         })();
@@ -396,7 +426,24 @@ impl<M: Model> Learner<M> {
         } else {
             crate::ops::stack(&losses, 0)?
         };
-        let masked = losses.mul(&seeds)?;
+        // A skipped step's loss is reported as computed but weighs nothing.
+        let masked = if skipped.is_empty() {
+            losses.mul(&seeds)?
+        } else {
+            let mut kept = vec![true; t_len];
+            for &t in &skipped {
+                kept[t..t + k].iter_mut().for_each(|v| *v = false);
+            }
+            let (l, s) = (losses.to_vec_f64()?, seeds.to_vec_f64()?);
+            let row = (l.len() / t_len.max(1)).max(1);
+            let v: Vec<f64> = l
+                .iter()
+                .zip(&s)
+                .enumerate()
+                .map(|(i, (l, s))| if kept[i / row] { l * s } else { 0.0 })
+                .collect();
+            Tensor::from_vec(v, losses.shape())?.cast(dtype)?
+        };
         let objective = masked.to_vec_f64()?.iter().sum::<f64>() / denom;
         let outputs = if opts.outputs {
             Some(stack_or_empty(&outs)?)
@@ -409,7 +456,7 @@ impl<M: Model> Learner<M> {
             .collect::<Result<_>>()?;
         self.state.replace_hidden(hidden);
         self.traces = traces;
-        self.running_index += runs;
+        self.running_index += done;
         Ok(EtraceOut {
             grads,
             losses,
@@ -417,6 +464,7 @@ impl<M: Model> Learner<M> {
             objective,
             outputs,
             aux,
+            skipped,
         })
     }
 

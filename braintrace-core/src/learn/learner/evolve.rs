@@ -22,11 +22,15 @@ impl<M: Model> Learner<M> {
     /// call). Returns the outputs `(T, *output)` when
     /// [`EvolveOpts::outputs`] is set.
     ///
-    /// Errors: a bad `xs` or `chunk_size` changes nothing; an error in a
-    /// later step keeps the completed steps (as `update` would).
+    /// Errors: a bad `xs` or `chunk_size` changes nothing, nor does a NaN
+    /// or an infinity in `xs` under the default
+    /// [`NonFinite::Error`](crate::learn::NonFinite) (see
+    /// [`set_non_finite`](Self::set_non_finite)); an error in a later step
+    /// keeps the completed steps (as `update` would).
     pub fn evolve(&mut self, xs: &Tensor, opts: &EvolveOpts) -> Result<Option<Tensor>> {
         let t_len = self.check_sequence("evolve", xs)?;
         let k = window("evolve", opts.chunk_size, t_len)?;
+        self.refuse_non_finite_inputs("evolve", &[("xs", xs)])?;
         let xs = xs.cast(self.state.dtype())?;
         let start = self.running_index;
         let mut outs = Vec::new();

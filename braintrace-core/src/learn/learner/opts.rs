@@ -235,4 +235,10 @@ pub struct EtraceOut {
     pub outputs: Option<Tensor>,
     /// The auxiliary values of the loss, each stacked over the steps.
     pub aux: Vec<Tensor>,
+    /// The steps [`NonFinite::Skip`](crate::learn::NonFinite::Skip)
+    /// dropped in this call (rows of the sequence; a window's first row).
+    /// Their losses are reported in `losses` as computed; their rows of
+    /// `masked` are zero and they add nothing to `objective` or the
+    /// gradients.
+    pub skipped: Vec<usize>,
 }

@@ -29,6 +29,9 @@ pub struct LearnerSnapshot {
     pub owned: Vec<Tensor>,
     /// Steps since compile or the last reset.
     pub running_index: usize,
+    /// Steps [`NonFinite::Skip`](crate::learn::NonFinite::Skip) dropped
+    /// since compile ([`Learner::skipped`]).
+    pub skipped: usize,
 }
 
 impl<M: Model> Learner<M> {
@@ -41,6 +44,7 @@ impl<M: Model> Learner<M> {
             traces: self.traces.clone(),
             owned: self.owned.raw(),
             running_index: self.running_index,
+            skipped: self.skipped,
         }
     }
 
@@ -127,6 +131,7 @@ impl<M: Model> Learner<M> {
         self.state = state;
         self.traces = snap.traces.clone();
         self.running_index = snap.running_index;
+        self.skipped = snap.skipped;
         Ok(())
     }
 
@@ -139,6 +144,7 @@ impl<M: Model> Learner<M> {
             traces: Vec::new(),
             owned: Vec::new(),
             running_index: self.running_index,
+            skipped: self.skipped,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! an uninterrupted one.
 //!
 //! Layout, beside [`Checkpoint`]'s: tensors `extra/learner/trace/<i>` and
-//! `extra/learner/owned/<i>`; counter `learner/running_index`; labels
+//! `extra/learner/owned/<i>`; counters `learner/running_index` and
+//! `learner/skipped` (steps the non-finite policy dropped); labels
 //! `learner/algorithm`, `learner/batch` (a number or `none`) and
 //! `learner/dtype`.
 
@@ -21,6 +22,9 @@ use crate::tensor::{DType, Tensor};
 const TRACE: &str = "learner/trace/";
 const OWNED: &str = "learner/owned/";
 const RUNNING: &str = "learner/running_index";
+/// Absent in checkpoints written before the learner's non-finite policy
+/// (read as 0).
+const SKIPPED: &str = "learner/skipped";
 const ALGORITHM: &str = "learner/algorithm";
 const BATCH: &str = "learner/batch";
 const DTYPE: &str = "learner/dtype";
@@ -50,6 +54,7 @@ impl Checkpoint {
         let snap = learner.snapshot();
         let mut c = Checkpoint::capture(learner.state(), opt)
             .with_counter(RUNNING, snap.running_index as u64)
+            .with_counter(SKIPPED, snap.skipped as u64)
             .with_label(ALGORITHM, &snap.algorithm)
             .with_label(BATCH, &batch_label(snap.batch))
             .with_label(DTYPE, &format!("{:?}", snap.dtype));
@@ -156,6 +161,9 @@ impl Checkpoint {
                     "learner/running_index does not fit this machine's usize",
                 )
             })?,
+            skipped: usize::try_from(self.counters.get(SKIPPED).copied().unwrap_or(0)).map_err(
+                |_| Error::invalid(OP, "learner/skipped does not fit this machine's usize"),
+            )?,
         };
         // The optimiser first (all or nothing), put back if the learner
         // refuses the rest.
