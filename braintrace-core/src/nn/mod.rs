@@ -34,3 +34,5 @@ pub use snn::{
     Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
 };
 pub use spiking::{ExpSynapse, LifCell};
+pub mod wlayers;
+pub use wlayers::{Conv1d, Conv2d, Conv3d, Lora, ScaledWsLinear, SignedWLinear, SparseLinear};
