@@ -92,7 +92,10 @@ def draw_structure(layer, spec, rng):
         return {'indptr': indptr, 'indices': indices, 'shape': [k, n]}
     if layer == 'lora':
         return {'rank': 2}
-    return {'kernel_size': spec['kernel_size'], 'spatial': spec['spatial']}
+    # No bias (brainstate's default): braintrace 0.2.6's online learners fail
+    # on a convolution bias of brainstate's shape (1.., C) (the rules return
+    # (C,): "Custom VJP bwd rule must produce an output with the same type").
+    return {'kernel_size': spec['kernel_size'], 'spatial': spec['spatial'], 'bias': False}
 
 
 def make_layer(layer, spec, st):
@@ -118,7 +121,7 @@ def make_layer(layer, spec, st):
     cls = {1: braintrace.nn.Conv1d, 2: braintrace.nn.Conv2d, 3: braintrace.nn.Conv3d}[d]
     return cls(in_size=tuple(st['spatial']) + (k,), out_channels=n,
                kernel_size=st['kernel_size'], padding='SAME',
-               b_init=braintools.init.ZeroInit())
+               b_init=braintools.init.ZeroInit() if st['bias'] else None)
 
 
 class WCell(brainstate.nn.Module):
@@ -178,13 +181,12 @@ def layer_forward(layer, spec, st, W, v):
     if layer == 'lora':
         return v @ W[p + '/lora_a'] @ W[p + '/lora_b'] / st['rank']
     d = CONV[layer]
-    dn = braintrace.nn.Conv1d  # layouts: channel-last input, (k.., in, out) kernel
-    del dn
+    # brainstate's layouts: channel-last input, (k.., in, out) kernel.
     lhs = 'N' + 'DHW'[3 - d:] + 'C'
     rhs = 'DHW'[3 - d:] + 'IO'
     y = jax.lax.conv_general_dilated(v, W[p + '/weight'], (1,) * d, 'SAME',
                                      dimension_numbers=(lhs, rhs, lhs))
-    return y + W[p + '/bias']
+    return y + W[p + '/bias'] if st['bias'] else y
 
 
 def bptt_rollout(layer, spec, st, W, xs, ys):

@@ -120,17 +120,21 @@ pub fn check(
                 .map_err(e)?,
             vec![]
         ),
-        "signed" => run!(
-            SignedWLinear::new("rnn/W", k, n_rec)
-                .and_then(|l| l.with_sign(&array(get("w_sign")?, "w_sign").unwrap()))
-                .map_err(e)?,
-            vec![]
-        ),
+        "signed" => {
+            let sign = array(get("w_sign")?, "w_sign")?;
+            run!(
+                SignedWLinear::new("rnn/W", k, n_rec)
+                    .and_then(|l| l.with_sign(&sign))
+                    .map_err(e)?,
+                vec![]
+            )
+        }
         "scaledws" => {
             let eps = get("eps")?.as_f64().ok_or("layer.eps")?;
+            let mask = array(get("w_mask")?, "w_mask")?;
             let mut l = ScaledWsLinear::new("rnn/W", k, n_rec)
                 .and_then(|l| l.with_eps(eps))
-                .and_then(|l| l.with_mask(&array(get("w_mask")?, "w_mask").unwrap()))
+                .and_then(|l| l.with_mask(&mask))
                 .map_err(e)?;
             if get("bias")?.as_bool() == Some(false) {
                 l = l.without_bias();
@@ -164,26 +168,13 @@ pub fn check(
             let spatial = usizes(get("spatial")?, "spatial")?;
             let ks = usizes(get("kernel_size")?, "kernel_size")?;
             let in_size = [&spatial[..], &[k]].concat();
-            let bias = braintrace::nn::Initializer::Zeros;
+            if get("bias")?.as_bool() != Some(false) {
+                return Err("layer.bias: the conv cases have no bias".into());
+            }
             match c {
-                "conv1d" => run!(
-                    Conv1d::new("rnn/W", &in_size, n_rec, &ks)
-                        .map_err(e)?
-                        .with_bias(bias),
-                    spatial
-                ),
-                "conv2d" => run!(
-                    Conv2d::new("rnn/W", &in_size, n_rec, &ks)
-                        .map_err(e)?
-                        .with_bias(bias),
-                    spatial
-                ),
-                _ => run!(
-                    Conv3d::new("rnn/W", &in_size, n_rec, &ks)
-                        .map_err(e)?
-                        .with_bias(bias),
-                    spatial
-                ),
+                "conv1d" => run!(Conv1d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
+                "conv2d" => run!(Conv2d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
+                _ => run!(Conv3d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
             }
         }
         other => Err(format!("unknown weight-layer model `{other}`")),
