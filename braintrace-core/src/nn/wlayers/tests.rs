@@ -357,3 +357,78 @@ fn the_compiler_finds_each_layers_relation() {
     let c = Conv2d::new("W", &[3, 3, k], 3, &[2, 2]).unwrap();
     assert_eq!(relation_of(c, &[2, 3, 3, 2], &[3, 3, 3]), "etp_conv");
 }
+
+/// One step from a zero state, where D-RTRL and pp_prop are exact: every
+/// gradient (the structured weight, a convolution's bias of brainstate's
+/// shape, `ScaledWsLinear`'s gain and bias, which have no relation and
+/// take the in-step gradient) equals BPTT's.
+fn one_step_is_exact<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize]) {
+    let m = Rnn {
+        w,
+        shape: shape.to_vec(),
+    };
+    let b = x_shape[0];
+    let n: usize = x_shape.iter().product();
+    let xs = t(&vals(n, 0.37), &[&[1], x_shape].concat());
+    let h: usize = shape.iter().product();
+    let ys = t(&vals(b * h, 0.71), &[&[1, b][..], shape].concat());
+    let sq = |o: &Tensor, y: &Tensor| o.sub(y)?.square()?.mean_all();
+    let st = ModelState::new(&m, DType::F64, 3, Some(b)).unwrap();
+    let want = bptt_grad(&m, &st, &xs, &ys, sq, Reduction::Mean).unwrap();
+    for algo in [
+        crate::learn::Algorithm::from(DRtrl::default()),
+        crate::learn::PpProp::new(0.9).unwrap().into(),
+    ] {
+        let st = ModelState::new(&m, DType::F64, 3, Some(b)).unwrap();
+        let x0 = xs.index_axis0(0).unwrap().zeros_like();
+        let mut l = compile(m.clone(), st, algo, &x0, Some(b)).unwrap();
+        let got = l.etrace_grad(&xs, &ys, sq, Reduction::Mean).unwrap();
+        assert_eq!(got.grads.len(), want.grads.len());
+        for (k, g) in &want.grads {
+            let (a, e) = (got.grads[k].to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
+            assert_eq!(got.grads[k].shape(), g.shape(), "{k}");
+            for (u, v) in a.iter().zip(&e) {
+                assert!((u - v).abs() < 1e-12 * (1.0 + v.abs()), "{k}: {u} vs {v}");
+            }
+        }
+    }
+}
+
+#[test]
+fn one_step_gradients_equal_bptt() {
+    let k = 2 + 3;
+    let mask = t(&vals(k * 3, 0.2), &[k, 3]);
+    one_step_is_exact(Linear::new("W", k, 3).with_mask(&mask).unwrap(), &[2, 2], &[3]);
+    one_step_is_exact(SignedWLinear::new("W", k, 3).unwrap().dale(2).unwrap(), &[2, 2], &[3]);
+    one_step_is_exact(ScaledWsLinear::new("W", k, 3).unwrap(), &[2, 2], &[3]);
+    let dense = t(&vals(k * 3, 0.9), &[k, 3]).relu().unwrap();
+    let sp = SparseLinear::from_dense("W", &dense)
+        .unwrap()
+        .with_bias(Initializer::Normal { std: 0.5 });
+    one_step_is_exact(sp, &[2, 2], &[3]);
+    one_step_is_exact(Lora::new("W", k, 2, 3).unwrap(), &[2, 2], &[3]);
+    let bias = Initializer::Normal { std: 0.5 };
+    let c1 = Conv1d::new("W", &[4, k], 3, &[3]).unwrap().with_bias(bias);
+    one_step_is_exact(c1, &[2, 4, 2], &[4, 3]);
+    let c2 = Conv2d::new("W", &[3, 3, k], 3, &[2, 2]).unwrap().with_bias(bias);
+    one_step_is_exact(c2, &[2, 3, 3, 2], &[3, 3, 3]);
+    let c3 = Conv3d::new("W", &[2, 2, 2, k], 3, &[2, 2, 2])
+        .unwrap()
+        .with_bias(bias);
+    one_step_is_exact(c3, &[2, 2, 2, 2, 2], &[2, 2, 2, 3]);
+}
+
+/// A transform that is not element-wise has a pullback, no derivative, and
+/// the fused trace kernels decline it.
+#[test]
+fn a_mapping_transform_runs_the_rules() {
+    let f = ScaledWsLinear::new("ws", 3, 2).unwrap().transform().unwrap();
+    assert!(!f.is_elementwise());
+    let w = t(&vals(6, 0.5), &[3, 2]);
+    assert!(f.derivative(&w).is_err());
+    assert_eq!(f.pullback(&w, &w).unwrap().shape(), &[3, 2]);
+    let k = crate::etp::TraceKernel::dense_with_fns("weight", None, "weight_fn", "bias_fn");
+    let p = |f: ElemFn| crate::etp::Params::new().with("weight_fn", f);
+    assert!(!k.readable(&p(f)));
+    assert!(k.readable(&p(ElemFn::builtin("tanh").unwrap())));
+}
