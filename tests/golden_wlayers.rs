@@ -46,7 +46,11 @@ fn golden_wlayers_cases() {
             "golden wlayers: fewer than 4 cases for `{l}`"
         );
     }
-    assert!(failures.is_empty(), "golden wlayers:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden wlayers:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// The check can fail: one weight entry of the layer under test moved by

@@ -172,9 +172,18 @@ pub fn check(
                 return Err("layer.bias: the conv cases have no bias".into());
             }
             match c {
-                "conv1d" => run!(Conv1d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
-                "conv2d" => run!(Conv2d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
-                _ => run!(Conv3d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?, spatial),
+                "conv1d" => run!(
+                    Conv1d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?,
+                    spatial
+                ),
+                "conv2d" => run!(
+                    Conv2d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?,
+                    spatial
+                ),
+                _ => run!(
+                    Conv3d::new("rnn/W", &in_size, n_rec, &ks).map_err(e)?,
+                    spatial
+                ),
             }
         }
         other => Err(format!("unknown weight-layer model `{other}`")),

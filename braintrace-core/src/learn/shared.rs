@@ -43,7 +43,11 @@ pub(crate) fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor
         let axes: Vec<usize> = (0..t.ndim())
             .filter(|&a| like[a + off] == 1 && t.shape()[a] != 1)
             .collect();
-        let s = if axes.is_empty() { t.clone() } else { t.sum(&axes)? };
+        let s = if axes.is_empty() {
+            t.clone()
+        } else {
+            t.sum(&axes)?
+        };
         let non1 = |v: &[usize]| v.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
         if non1(s.shape()) == non1(like) {
             t = s.reshape(like)?;

@@ -199,7 +199,7 @@ impl ConvLayer {
             }
         }
         let g = self.groups;
-        if g == 0 || self.in_channels() % g != 0 || self.out_channels % g != 0 {
+        if g == 0 || !self.in_channels().is_multiple_of(g) || !self.out_channels.is_multiple_of(g) {
             return Err(Error::invalid(
                 &op,
                 format!(
@@ -250,7 +250,13 @@ impl ConvLayer {
 impl Model for ConvLayer {
     fn init(&self, init: &mut Init) -> Result<()> {
         let op = layer_op(self.name, &self.path);
-        let w = draw(init, &op, "weight", &self.kernel_init(), &self.kernel_shape())?;
+        let w = draw(
+            init,
+            &op,
+            "weight",
+            &self.kernel_init(),
+            &self.kernel_shape(),
+        )?;
         init.param(&self.state_path(), Some("weight"), w)?;
         if let Some(b) = &self.b_init {
             let b = draw(init, &op, "bias", b, &self.bias_shape())?;
@@ -268,13 +274,23 @@ impl Model for ConvLayer {
                 "the input (first) must be the layer's in_size (second), with or without a leading batch axis",
             ));
         }
-        let xb = if batched { x.clone() } else { x.expand_dims(0)? };
+        let xb = if batched {
+            x.clone()
+        } else {
+            x.expand_dims(0)?
+        };
         let w = ctx.param(&self.key("weight"))?;
         let b = match self.b_init {
             Some(_) => Some(ctx.param(&self.key("bias"))?),
             None => None,
         };
-        let y = conv(&xb, &w, b.as_ref(), &self.conv_params(), &Transforms::default())?;
+        let y = conv(
+            &xb,
+            &w,
+            b.as_ref(),
+            &self.conv_params(),
+            &Transforms::default(),
+        )?;
         if batched {
             Ok(y)
         } else {

@@ -44,8 +44,7 @@ pub(crate) fn check_size(layer: &str, name: &str, n: usize) -> Result<()> {
 /// `shape` and hold finite values.
 pub(crate) fn check_mask(op: &str, name: &str, m: &Tensor, shape: &[usize]) -> Result<()> {
     let fits = m.ndim() <= shape.len()
-        && m
-            .shape()
+        && m.shape()
             .iter()
             .rev()
             .zip(shape.iter().rev())
@@ -82,7 +81,9 @@ fn content_name(m: &Tensor) -> Result<String> {
 pub(crate) fn masked(f: Option<ElemFn>, mask: &Tensor) -> Result<ElemFn> {
     let name = format!(
         "{}mask{}",
-        f.as_ref().map(|f| format!("{}*", f.name())).unwrap_or_default(),
+        f.as_ref()
+            .map(|f| format!("{}*", f.name()))
+            .unwrap_or_default(),
         content_name(mask)?
     );
     let (m1, m2) = (mask.clone(), mask.clone());

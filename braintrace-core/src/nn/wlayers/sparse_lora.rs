@@ -166,8 +166,20 @@ impl Lora {
 impl Model for Lora {
     fn init(&self, init: &mut Init) -> Result<()> {
         let op = layer_op("Lora", &self.path);
-        let a = draw(init, &op, "lora_a", &self.kernel_init, &[self.n_in, self.rank])?;
-        let b = draw(init, &op, "lora_b", &self.kernel_init, &[self.rank, self.n_out])?;
+        let a = draw(
+            init,
+            &op,
+            "lora_a",
+            &self.kernel_init,
+            &[self.n_in, self.rank],
+        )?;
+        let b = draw(
+            init,
+            &op,
+            "lora_b",
+            &self.kernel_init,
+            &[self.rank, self.n_out],
+        )?;
         init.param(&self.state_path(), Some("lora_a"), a)?;
         init.param(&self.state_path(), Some("lora_b"), b)
     }

@@ -63,7 +63,11 @@ fn mm(x: &[f64], w: &[f64], b: usize, i: usize, o: usize) -> Vec<f64> {
 #[test]
 fn linear_mask_multiplies_the_weight() {
     let (i, o) = (3, 2);
-    let (x, w, m) = (vals(2 * i, 0.7), vals(i * o, 1.1), [1.0, 0.0, 0.0, 1.0, 1.0, 0.5]);
+    let (x, w, m) = (
+        vals(2 * i, 0.7),
+        vals(i * o, 1.1),
+        [1.0, 0.0, 0.0, 1.0, 1.0, 0.5],
+    );
     let l = Linear::new("l", i, o).with_mask(&t(&m, &[i, o])).unwrap();
     let p = vec![
         (l.weight_key(), t(&w, &[i, o])),
@@ -76,7 +80,11 @@ fn linear_mask_multiplies_the_weight() {
         *v += [0.1, -0.2][k % o];
     }
     close(&y, &want);
-    let e = invalid(Linear::new("l", 3, 2).with_mask(&t(&[1.0; 4], &[2, 2])).unwrap_err());
+    let e = invalid(
+        Linear::new("l", 3, 2)
+            .with_mask(&t(&[1.0; 4], &[2, 2]))
+            .unwrap_err(),
+    );
     assert!(e.contains("Linear `l`") && e.contains("w_mask"), "{e}");
     let e = invalid(
         Linear::new("l", 1, 2)
@@ -181,7 +189,10 @@ fn standardization_pullback_matches_finite_differences() {
         .to_vec_f64()
         .unwrap();
     let f = |w: &[f64]| -> f64 {
-        let s = standardize(&t(w, &[i, o]), 1e-4).unwrap().to_vec_f64().unwrap();
+        let s = standardize(&t(w, &[i, o]), 1e-4)
+            .unwrap()
+            .to_vec_f64()
+            .unwrap();
         s.iter().zip(&g).map(|(a, b)| a * b).sum()
     };
     let h = 1e-6;
@@ -247,7 +258,11 @@ fn conv1d_same_channel_last() {
         .unwrap()
         .with_bias(Initializer::Zeros);
     assert_eq!(conv.out_size(), vec![l, oc]);
-    let (x, w, b) = (vals(2 * l * c, 0.45), vals(k * c * oc, 0.8), [0.1, 0.2, -0.3]);
+    let (x, w, b) = (
+        vals(2 * l * c, 0.45),
+        vals(k * c * oc, 0.8),
+        [0.1, 0.2, -0.3],
+    );
     let p = vec![
         (conv.key("weight"), t(&w, &[k, c, oc])),
         (conv.key("bias"), t(&b, &[1, oc])),
@@ -280,13 +295,18 @@ fn conv_hyperparameters_are_checked() {
     assert!(e(Conv2d::new("c", &[4, 4], 2, &[3, 3])).contains("in_size"));
     assert!(e(Conv2d::new("c", &[4, 4, 3], 2, &[3])).contains("kernel_size"));
     assert!(e(Conv2d::new("c", &[4, 4, 3], 0, &[3, 3])).contains("out_channels"));
-    assert!(e(Conv2d::new("c", &[4, 4, 3], 2, &[3, 3]).and_then(|c| c.with_groups(2)))
-        .contains("groups"));
-    assert!(e(Conv2d::new("c", &[4, 4, 3], 2, &[5, 5])
-        .and_then(|c| c.with_padding(ConvPadding::Valid)))
+    assert!(
+        e(Conv2d::new("c", &[4, 4, 3], 2, &[3, 3]).and_then(|c| c.with_groups(2)))
+            .contains("groups")
+    );
+    assert!(e(
+        Conv2d::new("c", &[4, 4, 3], 2, &[5, 5]).and_then(|c| c.with_padding(ConvPadding::Valid))
+    )
     .contains("does not fit"));
-    assert!(e(Conv2d::new("c", &[4, 4, 3], 2, &[3, 3]).and_then(|c| c.with_stride(&[0, 1])))
-        .contains("stride"));
+    assert!(
+        e(Conv2d::new("c", &[4, 4, 3], 2, &[3, 3]).and_then(|c| c.with_stride(&[0, 1])))
+            .contains("stride")
+    );
     let c = Conv3d::new("c", &[3, 4, 5, 2], 4, &[2, 2, 2])
         .unwrap()
         .with_stride(&[1, 2, 2])
@@ -340,7 +360,11 @@ fn the_compiler_finds_each_layers_relation() {
     let k = 2 + 3;
     let mask = t(&vals(k * 3, 0.2), &[k, 3]);
     assert_eq!(
-        relation_of(Linear::new("W", k, 3).with_mask(&mask).unwrap(), &[2, 2], &[3]),
+        relation_of(
+            Linear::new("W", k, 3).with_mask(&mask).unwrap(),
+            &[2, 2],
+            &[3]
+        ),
         "etp_mm"
     );
     let s = SignedWLinear::new("W", k, 3).unwrap().dale(3).unwrap();
@@ -398,8 +422,16 @@ fn one_step_is_exact<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize])
 fn one_step_gradients_equal_bptt() {
     let k = 2 + 3;
     let mask = t(&vals(k * 3, 0.2), &[k, 3]);
-    one_step_is_exact(Linear::new("W", k, 3).with_mask(&mask).unwrap(), &[2, 2], &[3]);
-    one_step_is_exact(SignedWLinear::new("W", k, 3).unwrap().dale(2).unwrap(), &[2, 2], &[3]);
+    one_step_is_exact(
+        Linear::new("W", k, 3).with_mask(&mask).unwrap(),
+        &[2, 2],
+        &[3],
+    );
+    one_step_is_exact(
+        SignedWLinear::new("W", k, 3).unwrap().dale(2).unwrap(),
+        &[2, 2],
+        &[3],
+    );
     one_step_is_exact(ScaledWsLinear::new("W", k, 3).unwrap(), &[2, 2], &[3]);
     let dense = t(&vals(k * 3, 0.9), &[k, 3]).relu().unwrap();
     let sp = SparseLinear::from_dense("W", &dense)
@@ -410,7 +442,9 @@ fn one_step_gradients_equal_bptt() {
     let bias = Initializer::Normal { std: 0.5 };
     let c1 = Conv1d::new("W", &[4, k], 3, &[3]).unwrap().with_bias(bias);
     one_step_is_exact(c1, &[2, 4, 2], &[4, 3]);
-    let c2 = Conv2d::new("W", &[3, 3, k], 3, &[2, 2]).unwrap().with_bias(bias);
+    let c2 = Conv2d::new("W", &[3, 3, k], 3, &[2, 2])
+        .unwrap()
+        .with_bias(bias);
     one_step_is_exact(c2, &[2, 3, 3, 2], &[3, 3, 3]);
     let c3 = Conv3d::new("W", &[2, 2, 2, k], 3, &[2, 2, 2])
         .unwrap()
@@ -422,7 +456,10 @@ fn one_step_gradients_equal_bptt() {
 /// the fused trace kernels decline it.
 #[test]
 fn a_mapping_transform_runs_the_rules() {
-    let f = ScaledWsLinear::new("ws", 3, 2).unwrap().transform().unwrap();
+    let f = ScaledWsLinear::new("ws", 3, 2)
+        .unwrap()
+        .transform()
+        .unwrap();
     assert!(!f.is_elementwise());
     let w = t(&vals(6, 0.5), &[3, 2]);
     assert!(f.derivative(&w).is_err());
