@@ -335,7 +335,8 @@ impl<L: Model> Model for Rnn<L> {
     }
 }
 
-/// The primitive of the one relation the compiler finds in `m`.
+/// The primitive of the one relation the compiler finds in `m`, and
+/// whether D-RTRL runs it through a fused trace kernel or its rules.
 fn relation_of<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize]) -> String {
     let m = Rnn {
         w,
@@ -352,7 +353,13 @@ fn relation_of<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize]) -> St
     .unwrap();
     let rels = l.graph().relations();
     assert_eq!(rels.len(), 1, "{}", l.explain());
-    rels[0].primitive.name().to_string()
+    let lines = l.report().algorithm_lines.join("; ");
+    let fused = lines.contains("fused trace kernels: 1 of 1");
+    format!(
+        "{} ({})",
+        rels[0].primitive.name(),
+        if fused { "fused" } else { "rules" }
+    )
 }
 
 #[test]
@@ -365,21 +372,24 @@ fn the_compiler_finds_each_layers_relation() {
             &[2, 2],
             &[3]
         ),
-        "etp_mm"
+        "etp_mm (fused)"
     );
     let s = SignedWLinear::new("W", k, 3).unwrap().dale(3).unwrap();
-    assert_eq!(relation_of(s, &[2, 2], &[3]), "etp_mm");
+    assert_eq!(relation_of(s, &[2, 2], &[3]), "etp_mm (fused)");
     let ws = ScaledWsLinear::new("W", k, 3).unwrap();
-    assert_eq!(relation_of(ws, &[2, 2], &[3]), "etp_mm");
+    assert_eq!(relation_of(ws, &[2, 2], &[3]), "etp_mm (rules)");
     let dense = t(&vals(k * 3, 0.9), &[k, 3]).relu().unwrap();
     let sp = SparseLinear::from_dense("W", &dense).unwrap();
-    assert_eq!(relation_of(sp, &[2, 2], &[3]), "etp_sp_mm");
+    assert_eq!(relation_of(sp, &[2, 2], &[3]), "etp_sp_mm (fused)");
     assert_eq!(
         relation_of(Lora::new("W", k, 2, 3).unwrap(), &[2, 2], &[3]),
-        "etp_lora_mm"
+        "etp_lora_mm (fused)"
     );
     let c = Conv2d::new("W", &[3, 3, k], 3, &[2, 2]).unwrap();
-    assert_eq!(relation_of(c, &[2, 3, 3, 2], &[3, 3, 3]), "etp_conv");
+    assert_eq!(
+        relation_of(c, &[2, 3, 3, 2], &[3, 3, 3]),
+        "etp_conv (rules)"
+    );
 }
 
 /// One step from a zero state, where D-RTRL and pp_prop are exact: every
