@@ -63,29 +63,12 @@ impl ConvLayer {
         out_channels: usize,
         kernel_size: &[usize],
     ) -> Result<Self> {
-        let op = layer_op(name, path);
-        if in_size.len() != d + 1 {
-            return Err(Error::invalid(
-                &op,
-                format!(
-                    "in_size must have {} entries ({d} spatial and the channels), got {in_size:?}",
-                    d + 1
-                ),
-            ));
-        }
         if kernel_size.len() != d {
             return Err(Error::invalid(
-                &op,
+                layer_op(name, path),
                 format!("kernel_size must have {d} entries, got {kernel_size:?}"),
             ));
         }
-        for (i, &n) in in_size.iter().enumerate() {
-            check_size(name, &format!("in_size[{i}]"), n)?;
-        }
-        for (i, &n) in kernel_size.iter().enumerate() {
-            check_size(name, &format!("kernel_size[{i}]"), n)?;
-        }
-        check_size(name, "out_channels", out_channels)?;
         let l = ConvLayer {
             path: path.to_string(),
             name,
@@ -110,16 +93,17 @@ impl ConvLayer {
     }
     /// Input channels.
     pub fn in_channels(&self) -> usize {
-        if self.channel_first {
-            self.in_size[0]
+        let i = if self.channel_first {
+            0
         } else {
-            self.in_size[self.spatial_dims()]
-        }
+            self.spatial_dims()
+        };
+        self.in_size.get(i).copied().unwrap_or(0)
     }
     fn spatial_in(&self) -> &[usize] {
-        let d = self.spatial_dims();
+        let d = self.spatial_dims().min(self.in_size.len());
         if self.channel_first {
-            &self.in_size[1..]
+            self.in_size.get(1..).unwrap_or(&[])
         } else {
             &self.in_size[..d]
         }
@@ -152,9 +136,9 @@ impl ConvLayer {
         }
     }
     fn out_len(&self, i: usize) -> Option<usize> {
-        let l = (self.spatial_in()[i] - 1) * self.lhs_dilation[i] + 1;
-        let k = (self.kernel_size[i] - 1) * self.rhs_dilation[i] + 1;
-        let s = self.stride[i];
+        let l = self.spatial_in().get(i)?.checked_sub(1)? * self.lhs_dilation.get(i)? + 1;
+        let k = self.kernel_size.get(i)?.checked_sub(1)? * self.rhs_dilation.get(i)? + 1;
+        let s = *self.stride.get(i).filter(|&&s| s > 0)?;
         match &self.padding {
             ConvPadding::Same => Some(l.div_ceil(s)),
             ConvPadding::Valid => l.checked_sub(k).map(|r| r / s + 1),
@@ -178,6 +162,23 @@ impl ConvLayer {
     fn checked(self) -> Result<Self> {
         let op = layer_op(self.name, &self.path);
         let d = self.spatial_dims();
+        if d == 0 || self.in_size.len() != d + 1 {
+            return Err(Error::invalid(
+                &op,
+                format!(
+                    "in_size must have {} entries ({d} spatial and the channels), got {:?}",
+                    d + 1,
+                    self.in_size
+                ),
+            ));
+        }
+        for (i, &n) in self.in_size.iter().enumerate() {
+            check_size(self.name, &format!("in_size[{i}]"), n)?;
+        }
+        for (i, &n) in self.kernel_size.iter().enumerate() {
+            check_size(self.name, &format!("kernel_size[{i}]"), n)?;
+        }
+        check_size(self.name, "out_channels", self.out_channels)?;
         for (what, v) in [
             ("stride", &self.stride),
             ("lhs_dilation", &self.lhs_dilation),
@@ -249,6 +250,8 @@ impl ConvLayer {
 
 impl Model for ConvLayer {
     fn init(&self, init: &mut Init) -> Result<()> {
+        // The fields are public: check them again.
+        self.clone().checked()?;
         let op = layer_op(self.name, &self.path);
         let w = draw(
             init,

@@ -312,6 +312,14 @@ fn conv_hyperparameters_are_checked() {
         .with_stride(&[1, 2, 2])
         .unwrap();
     assert_eq!(c.out_size(), vec![3, 2, 3, 4]);
+    // The fields are public: a layer changed after construction is checked
+    // again when initialised (an error, not a panic).
+    let mut c = Conv1d::new("c", &[5, 2], 3, &[3]).unwrap();
+    c.0.in_size = vec![];
+    c.0.stride = vec![0];
+    assert_eq!(c.out_size(), vec![0, 3]);
+    let e = invalid(ModelState::new(&c, DType::F64, 0, None).unwrap_err());
+    assert!(e.contains("Conv1d `c`") && e.contains("in_size"), "{e}");
 }
 
 /// `h' = tanh(W([x, h]))`: the layer as a recurrent weight.
