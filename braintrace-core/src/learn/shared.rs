@@ -49,8 +49,14 @@ pub(crate) fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor
             t.sum(&axes)?
         };
         let non1 = |v: &[usize]| v.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
-        if non1(s.shape()) == non1(like) {
+        let core = non1(like);
+        if non1(s.shape()) == core {
             t = s.reshape(like)?;
+        } else if t.ndim() > core.len() && t.shape()[t.ndim() - core.len()..] == core[..] {
+            // Leading (batch) axes over a parameter whose size-1 axes are
+            // not trailing (a channel-first bias `(1, C, 1..)`).
+            let axes: Vec<usize> = (0..t.ndim() - core.len()).collect();
+            t = t.sum(&axes)?.reshape(like)?;
         }
     }
     if t.shape() != like {

@@ -327,6 +327,8 @@ fn conv_hyperparameters_are_checked() {
 struct Rnn<L> {
     w: L,
     shape: Vec<usize>,
+    /// Concatenate on axis 1 (channel-first) rather than the last.
+    channel_first: bool,
 }
 
 impl<L: Model> Model for Rnn<L> {
@@ -336,7 +338,8 @@ impl<L: Model> Model for Rnn<L> {
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden("h")?;
-        let xh = crate::ops::concat(&[x.clone(), h], x.ndim() - 1)?;
+        let axis = if self.channel_first { 1 } else { x.ndim() - 1 };
+        let xh = crate::ops::concat(&[x.clone(), h], axis)?;
         let h2 = self.w.step(ctx, &xh)?.tanh()?;
         ctx.set_hidden("h", h2.clone())?;
         Ok(h2)
@@ -349,6 +352,7 @@ fn relation_of<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize]) -> St
     let m = Rnn {
         w,
         shape: shape.to_vec(),
+        channel_first: false,
     };
     let st = ModelState::new(&m, DType::F64, 1, Some(2)).unwrap();
     let l = compile(
@@ -405,9 +409,14 @@ fn the_compiler_finds_each_layers_relation() {
 /// shape, `ScaledWsLinear`'s gain and bias, which have no relation and
 /// take the in-step gradient) equals BPTT's.
 fn one_step_is_exact<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize]) {
+    one_step_exact_in(w, x_shape, shape, false)
+}
+
+fn one_step_exact_in<L: Model + Clone>(w: L, x_shape: &[usize], shape: &[usize], cf: bool) {
     let m = Rnn {
         w,
         shape: shape.to_vec(),
+        channel_first: cf,
     };
     let b = x_shape[0];
     let n: usize = x_shape.iter().product();
@@ -468,6 +477,14 @@ fn one_step_gradients_equal_bptt() {
         .unwrap()
         .with_bias(bias);
     one_step_is_exact(c3, &[2, 2, 2, 2, 2], &[2, 2, 2, 3]);
+    // Channel-first: in_size (C, W), bias (1, C, 1).
+    let c1 = Conv1d::new("W", &[k, 4], 3, &[3])
+        .unwrap()
+        .channel_first()
+        .unwrap()
+        .with_bias(bias);
+    assert_eq!(c1.out_size(), vec![3, 4]);
+    one_step_exact_in(c1, &[2, 2, 4], &[3, 4], true);
 }
 
 /// A transform that is not element-wise has a pullback, no derivative, and
