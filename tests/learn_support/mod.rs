@@ -7,6 +7,7 @@ pub mod driver_golden;
 pub mod e2e;
 pub mod models;
 pub mod snn_models;
+pub mod wlayers;
 pub mod zoo;
 
 use braintrace::learn::{compile, Algorithm, Learner, Model, ModelState, Reduction, TensorDict};

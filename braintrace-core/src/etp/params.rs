@@ -321,6 +321,7 @@ impl ParamType for ElemFn {
 }
 
 type TensorFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
+type VjpFn = Arc<dyn Fn(&Tensor, &Tensor) -> Result<Tensor> + Send + Sync>;
 
 /// A named element-wise function with its derivative, used as an optional
 /// weight transform (`weight_fn`, `bias_fn`, ...). Compared by name.
@@ -338,6 +339,9 @@ pub struct ElemFn {
     name: Arc<str>,
     f: TensorFn,
     df: TensorFn,
+    /// The pullback of a transform that is not element-wise
+    /// ([`ElemFn::mapping`]); `None` for an element-wise one.
+    vjp: Option<VjpFn>,
 }
 
 impl ElemFn {
@@ -351,6 +355,48 @@ impl ElemFn {
             name: name.into(),
             f: Arc::new(f),
             df: Arc::new(df),
+            vjp: None,
+        }
+    }
+    /// A transform of the whole weight that is not element-wise (braintrace
+    /// accepts any `weight_fn`, e.g. `ScaledWSLinear`'s weight
+    /// standardisation), given by `f` and its pullback `vjp(w, g)` (the
+    /// cotangent `g` of `f(w)` pulled back to `w`). The built-in rules use
+    /// `vjp` where an element-wise transform multiplies by `f'(w)`
+    /// ([`times_derivative`]); the fused trace kernels need `f'` and decline
+    /// such a transform, so its equations run their rules. A dense weight's
+    /// trace stays per `(input, output)` entry, which is exact when column
+    /// `o` of `f(W)` depends on column `o` of `W` only (a per-output
+    /// normalisation); [`ElemFn::derivative`] is an error.
+    pub fn mapping<F, V>(name: &str, f: F, vjp: V) -> Self
+    where
+        F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+        V: Fn(&Tensor, &Tensor) -> Result<Tensor> + Send + Sync + 'static,
+    {
+        let n: Arc<str> = name.into();
+        let n2 = n.clone();
+        ElemFn {
+            name: n,
+            f: Arc::new(f),
+            df: Arc::new(move |_| {
+                Err(crate::Error::invalid(
+                    format!("weight transform `{n2}`"),
+                    "is not element-wise: it has a pullback, not a derivative",
+                ))
+            }),
+            vjp: Some(Arc::new(vjp)),
+        }
+    }
+    /// Whether the transform is element-wise (has a derivative `f'(w)`).
+    pub fn is_elementwise(&self) -> bool {
+        self.vjp.is_none()
+    }
+    /// `g` (a cotangent of `f(w)`) pulled back to `w`: `g ⊙ f'(w)` for an
+    /// element-wise transform, its `vjp` otherwise.
+    pub fn pullback(&self, w: &Tensor, g: &Tensor) -> Result<Tensor> {
+        match &self.vjp {
+            Some(v) => v(w, g),
+            None => g.mul(&self.derivative(w)?),
         }
     }
     /// One of the built-in transforms: `identity`, `tanh`, `softplus`,
@@ -407,10 +453,11 @@ pub fn apply_fn(f: &Option<ElemFn>, w: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Multiply `g` by the optional transform's derivative at `w`.
+/// Multiply `g` by the optional transform's derivative at `w` (pull `g`
+/// back through it: [`ElemFn::pullback`]).
 pub fn times_derivative(f: &Option<ElemFn>, w: &Tensor, g: &Tensor) -> Result<Tensor> {
     match f {
-        Some(f) => g.mul(&f.derivative(w)?),
+        Some(f) => f.pullback(w, g),
         None => Ok(g.clone()),
     }
 }

@@ -268,7 +268,8 @@ impl TraceKernel {
 fn elem_fn_readable(params: &Params, key: &str) -> bool {
     match params.raw(key) {
         None | Some(ParamValue::None) => true,
-        Some(v) => ElemFn::from_param(v).is_some(),
+        // A transform that is not element-wise has no `f'` for the kernels.
+        Some(v) => ElemFn::from_param(v).is_some_and(|f| f.is_elementwise()),
     }
 }
 

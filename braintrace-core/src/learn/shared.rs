@@ -28,12 +28,36 @@ pub(crate) fn stack_last(ts: &[Tensor]) -> Result<Tensor> {
     crate::ops::stack(ts, ts[0].ndim())
 }
 
-/// Sum leading axes until `t` has the shape `like`.
+/// Sum leading axes until `t` has the shape `like`; then the axes along
+/// which a parameter with size-1 axes broadcasts (a convolution bias of
+/// shape `(1.., C)` against its per-position gradient, right-aligned), the
+/// size-1 axes restored.
 pub(crate) fn reduce_to(t: &Tensor, like: &[usize], what: &str) -> Result<Tensor> {
     let mut t = t.clone();
     if t.ndim() > like.len() {
         let axes: Vec<usize> = (0..t.ndim() - like.len()).collect();
         t = t.sum(&axes)?;
+    }
+    if t.shape() != like {
+        let off = like.len() - t.ndim();
+        let axes: Vec<usize> = (0..t.ndim())
+            .filter(|&a| like[a + off] == 1 && t.shape()[a] != 1)
+            .collect();
+        let s = if axes.is_empty() {
+            t.clone()
+        } else {
+            t.sum(&axes)?
+        };
+        let non1 = |v: &[usize]| v.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+        let core = non1(like);
+        if non1(s.shape()) == core {
+            t = s.reshape(like)?;
+        } else if t.ndim() > core.len() && t.shape()[t.ndim() - core.len()..] == core[..] {
+            // Leading (batch) axes over a parameter whose size-1 axes are
+            // not trailing (a channel-first bias `(1, C, 1..)`).
+            let axes: Vec<usize> = (0..t.ndim() - core.len()).collect();
+            t = t.sum(&axes)?.reshape(like)?;
+        }
     }
     if t.shape() != like {
         return Err(Error::shapes(

@@ -26,6 +26,10 @@ pub struct Linear {
     pub b_init: Initializer,
     /// Optional element-wise transform of the weight inside the primitive.
     pub weight_fn: Option<ElemFn>,
+    /// braintrace's `w_mask`: the weight is multiplied element-wise by it
+    /// inside the primitive (`x @ (f(W) ⊙ mask)`); set by
+    /// [`Linear::with_mask`], which checks it.
+    pub w_mask: Option<Tensor>,
 }
 
 impl Linear {
@@ -39,7 +43,17 @@ impl Linear {
             w_init: Initializer::kaiming_normal(),
             b_init: Initializer::Zeros,
             weight_fn: None,
+            w_mask: None,
         }
+    }
+    /// With braintrace's weight mask `w_mask` (`y = x @ (W ⊙ mask) + b`,
+    /// the product inside `etp_mm`, so the trace and gradient are the raw
+    /// weight's). The mask must broadcast to `(n_in, n_out)` and be finite.
+    pub fn with_mask(mut self, mask: &Tensor) -> Result<Self> {
+        let op = layer_op("Linear", &self.path);
+        super::wlayers::check_mask(&op, "w_mask", mask, &[self.n_in, self.n_out])?;
+        self.w_mask = Some(mask.clone());
+        Ok(self)
     }
     /// Without a bias.
     pub fn without_bias(mut self) -> Self {
@@ -86,8 +100,12 @@ impl Model for Linear {
         } else {
             None
         };
+        let weight_fn = match &self.w_mask {
+            Some(m) => Some(super::wlayers::masked(self.weight_fn.clone(), m)?),
+            None => self.weight_fn.clone(),
+        };
         let t = Transforms {
-            weight_fn: self.weight_fn.clone(),
+            weight_fn,
             ..Transforms::default()
         };
         matmul(x, &w, b.as_ref(), &t)
@@ -145,7 +163,7 @@ pub(crate) fn decay_open(op: &str, name: &str, decay: f64) -> Result<()> {
 }
 
 /// Draw the parameter `what` of the layer `op` (allocation errors name both).
-fn draw(
+pub(crate) fn draw(
     init: &mut Init,
     op: &str,
     what: &str,

@@ -52,3 +52,5 @@ pub use pool::{Flatten, Pool, Pool1d, Pool2d, PoolKind, Unflatten};
 pub use sequential::Sequential;
 #[cfg(test)]
 mod blocks_tests;
+pub mod wlayers;
+pub use wlayers::{Conv1d, Conv2d, Conv3d, Lora, ScaledWsLinear, SignedWLinear, SparseLinear};
