@@ -169,6 +169,11 @@ impl<M: Model> Learner<M> {
         }
         let dtype = self.state.dtype();
         let (seeds, loss_shape, total) = opts.seeds(t_len, dtype)?;
+        // A bootstrapped rule (DNI) runs every call as windows, and its
+        // step programs take its estimator as inputs.
+        let boot = self.program.rule.bootstrapped();
+        let windowed = k > 1 || boot;
+        let prog_inputs = self.program.rule.program_inputs()?;
         let program = self.program.clone();
         let np = self.state.param_values().len();
         let nh = self.state.hidden_values().len();
@@ -200,8 +205,8 @@ impl<M: Model> Learner<M> {
             let (x, rest) = rest.split_first().expect("the step's input");
             let (y, rest) = rest.split_at(ny);
             let (c, seed) = (&rest[0], &rest[1]);
-            let traces = &rest[2..2 + nt];
-            let (v, na) = if k == 1 {
+            let (traces, ins) = rest[2..].split_at(nt);
+            let (v, na) = if !windowed {
                 step_program(
                     &program,
                     params,
@@ -224,6 +229,7 @@ impl<M: Model> Learner<M> {
                     c,
                     seed,
                     traces,
+                    ins,
                     &call,
                     R::AUX,
                     k,
@@ -238,7 +244,7 @@ impl<M: Model> Learner<M> {
         // Time-major sequences as windows `(T/k, k, ...)` when k > 1.
         let windows = |s: &Tensor| -> Result<Tensor> {
             let s = s.cast(dtype)?;
-            if k == 1 {
+            if !windowed {
                 return Ok(s);
             }
             let mut shape = vec![t_len / k, k];
@@ -282,6 +288,7 @@ impl<M: Model> Learner<M> {
                 args.extend(rows.ys.iter().cloned());
                 args.extend([rows.c.clone(), rows.seed.clone()]);
                 args.extend_from_slice(&traces);
+                args.extend(prog_inputs.iter().cloned());
                 let (res, na) = match &reuse {
                     Some((staged, na)) if accepted >= 2 || staged.accepts(&args) => {
                         accepted += 1;
@@ -315,7 +322,7 @@ impl<M: Model> Learner<M> {
                         s => *s = Some(g.clone()),
                     }
                 }
-                if k == 1 {
+                if !windowed {
                     losses.push(run.loss.clone());
                 } else {
                     for j in 0..k {
@@ -519,7 +526,12 @@ fn push_gradient(v: &mut Vec<Tensor>, g: Gradient) {
 /// times (the traces advance `k` times); the gradient of `Σ_j seed_j ·
 /// loss_j` by reverse mode through the `k` steps with respect to the
 /// parameters and the window's entering hidden states, solved with the
-/// traces at the window's start.
+/// traces at the window's start. A bootstrapped rule's estimate at the
+/// exit hidden states (from `ins`) goes back through the same reverse pass
+/// a second time: added to the parameters without a relation (a relation's
+/// trace already carries its credit beyond the window), and with the
+/// first pass's to the entering hidden states' cotangents, which end the
+/// gradient's extra values (see `TraceRule::bootstrapped`).
 #[allow(clippy::too_many_arguments)]
 fn window_program(
     program: &Program,
@@ -530,11 +542,13 @@ fn window_program(
     c: &Tensor,
     seedw: &Tensor,
     traces: &[Tensor],
+    ins: &[Tensor],
     loss: &LossCall<'_>,
     with_aux: bool,
     k: usize,
 ) -> Result<(Vec<Tensor>, usize)> {
     let (np, nh) = (params.len(), hidden.len());
+    let boot = program.rule.bootstrapped();
     let xj: Vec<Tensor> = (0..k).map(|j| xw.index_axis0(j)).collect::<Result<_>>()?;
     let yj: Vec<Vec<Tensor>> = (0..k)
         .map(|j| yw.iter().map(|y| y.index_axis0(j)).collect())
@@ -570,12 +584,18 @@ fn window_program(
             ls.push(l);
             h = o[1..].to_vec();
         }
-        Ok(vec![crate::ops::stack(&ls, 0)?])
+        let mut out = vec![crate::ops::stack(&ls, 0)?];
+        if boot {
+            out.extend(h);
+        }
+        Ok(out)
     };
     let mut primals = params.to_vec();
     primals.extend_from_slice(hidden);
     let (vals, pull) = crate::transform::vjp(obj, &primals)?;
-    let cts = pull.apply(&[seedw.cast(vals[0].dtype())?])?;
+    let mut seeds = vec![seedw.cast(vals[0].dtype())?];
+    seeds.extend(vals[1..].iter().map(Tensor::zeros_like));
+    let cts = pull.apply(&seeds)?;
     let solved = program.rule.solve(&SolveIn {
         params,
         traces,
@@ -585,6 +605,18 @@ fn window_program(
     let mut grads: Vec<Tensor> = cts[..np].to_vec();
     for (i, t) in solved.grads {
         grads[i] = grads[i].add(&t)?;
+    }
+    let mut extra = solved.extra;
+    if boot {
+        let mut exit = vec![vals[0].zeros_like()];
+        exit.extend(program.rule.exit_cotangent(&h, ins)?);
+        let future = pull.apply(&exit)?;
+        for i in program.eg.params_without_relation() {
+            grads[i] = grads[i].add(&future[i])?;
+        }
+        for j in np..np + nh {
+            extra.push(cts[j].add(&future[j])?);
+        }
     }
     let mut aux = Vec::new();
     if with_aux {
@@ -608,7 +640,7 @@ fn window_program(
         Gradient {
             loss: vals[0].clone(),
             grads,
-            extra: solved.extra,
+            extra,
         },
     );
     Ok((v, na))
