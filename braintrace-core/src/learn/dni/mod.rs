@@ -235,12 +235,12 @@ impl DniRule {
                      Dni::attach_synthesizer(SyntheticGradient::for_graph(learner.graph(), dtype)?)",
                 )
             })?;
-        if sg.shapes() != self.shapes.as_slice() {
+        if !sg.fits(&self.shapes) {
             return Err(Error::invalid(
                 OP,
                 format!(
                     "synthesizer: made for group shapes {:?}, the learner's hidden groups are {:?} \
-                     (one (*varshape, num_state) per group)",
+                     (one (*varshape, num_state) per group; the last two axes must agree)",
                     sg.shapes(),
                     self.shapes
                 ),

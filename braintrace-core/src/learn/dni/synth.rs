@@ -196,9 +196,20 @@ impl SyntheticGradient {
         })
     }
 
-    /// Each group's `(*varshape, num_state)`.
+    /// Each group's `(*varshape, num_state)`, as made for.
     pub fn shapes(&self) -> &[Vec<usize>] {
         &self.shapes
+    }
+    /// Whether it fits hidden groups of these shapes: as many groups, each
+    /// of the same last two axes `(V[-1], S)` (the leading ones, the batch
+    /// among them, are free: the parameters do not depend on them).
+    pub fn fits(&self, group_shapes: &[Vec<usize>]) -> bool {
+        self.shapes.len() == group_shapes.len()
+            && self
+                .shapes
+                .iter()
+                .zip(group_shapes)
+                .all(|(a, b)| b.len() >= 2 && a[a.len() - 2..] == b[b.len() - 2..])
     }
     /// The weights, one `(w, w)` per group.
     pub fn weights(&self) -> &[Tensor] {
@@ -332,7 +343,7 @@ impl SyntheticGradient {
         Ok(sg)
     }
 
-    /// One concrete or symbolic slab per group, each of its group's shape.
+    /// One slab per group, each of its group's last two axes.
     fn check_slabs(&self, op: &str, what: &str, v: &[Tensor]) -> Result<()> {
         if v.len() != self.shapes.len() {
             return Err(Error::invalid(
@@ -345,11 +356,15 @@ impl SyntheticGradient {
             ));
         }
         for (g, (t, s)) in v.iter().zip(&self.shapes).enumerate() {
-            if t.shape() != s.as_slice() {
+            let n = t.ndim();
+            if n < 2 || t.shape()[n - 2..] != s[s.len() - 2..] {
                 return Err(Error::shapes(
                     op,
                     [t.shape(), s.as_slice()],
-                    format!("{what}[{g}] (first) must have group {g}'s shape (second)"),
+                    format!(
+                        "{what}[{g}] (first) must end in group {g}'s last two axes (second: \
+                         (*varshape, num_state))"
+                    ),
                 ));
             }
         }

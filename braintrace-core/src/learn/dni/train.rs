@@ -199,7 +199,7 @@ where
         )
     })?;
     let shapes = SyntheticGradient::group_shapes(learner.graph());
-    if sg.shapes() != shapes.as_slice() {
+    if !sg.fits(&shapes) {
         return Err(Error::invalid(
             OP,
             format!(

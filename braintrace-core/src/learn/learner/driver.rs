@@ -181,7 +181,9 @@ impl<M: Model> Learner<M> {
         let ny = ys.len();
         let n_aux: Mutex<Option<usize>> = Mutex::new(None);
         let reuse = match &self.step {
-            Some(c) if c.window == k && !crate::graph::is_tracing() => {
+            // (Only for as many target sequences: the loss is traced on the
+            // cached avals, and a loss reading `y[0]` must not see none.)
+            Some(c) if c.window == k && c.loss_avals.len() == 1 + ny && !crate::graph::is_tracing() => {
                 trace_loss(&loss, &c.loss_avals)
                     .ok()
                     .filter(|g| g.same_computation(&c.loss))
