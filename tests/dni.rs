@@ -99,7 +99,10 @@ fn the_estimate_reaches_only_the_parameters_without_a_relation() {
         if plain.contains(key) && key.starts_with("rnn/") {
             assert!(diff > 1e-6, "{key}: the estimate did not reach it");
         } else {
-            assert_eq!(diff, 0.0, "{key}: a relation's or the readout's gradient moved");
+            assert_eq!(
+                diff, 0.0,
+                "{key}: a relation's or the readout's gradient moved"
+            );
         }
     }
 }
@@ -194,7 +197,10 @@ fn another_batch_size_keeps_the_synthesiser() {
             &EtraceOpts::new().chunk_size(2),
         )
         .unwrap();
-    assert!(out.grads.values().all(|g| g.to_vec_f64().unwrap().iter().all(|v| v.is_finite())));
+    assert!(out
+        .grads
+        .values()
+        .all(|g| g.to_vec_f64().unwrap().iter().all(|v| v.is_finite())));
     assert_eq!(dni.synthesizer().unwrap().shapes(), &[vec![B, H, 1]]);
 }
 
@@ -246,8 +252,17 @@ fn bad_input_is_refused_naming_the_argument_with_nothing_changed() {
         |o, y| mse(o, &y[0]),
         &EtraceOpts::new(),
     ));
-    assert!(e.contains("synthesizer") && e.contains("none attached"), "{e}");
-    let e = err_of(train_synthetic_gradient(&mut l, &xs, &[], loss, &SgTrainOpts::new()));
+    assert!(
+        e.contains("synthesizer") && e.contains("none attached"),
+        "{e}"
+    );
+    let e = err_of(train_synthetic_gradient(
+        &mut l,
+        &xs,
+        &[],
+        loss,
+        &SgTrainOpts::new(),
+    ));
     assert!(e.contains("synthesizer"), "{e}");
     assert_eq!(snapshot(&l, &dni), before);
 
@@ -275,7 +290,13 @@ fn bad_input_is_refused_naming_the_argument_with_nothing_changed() {
             &EtraceOpts::new(),
         ));
         assert!(e.contains("synthesizer") && e.contains(what), "{e}");
-        let e = err_of(train_synthetic_gradient(&mut l, &xs, &[], loss, &SgTrainOpts::new()));
+        let e = err_of(train_synthetic_gradient(
+            &mut l,
+            &xs,
+            &[],
+            loss,
+            &SgTrainOpts::new(),
+        ));
         assert!(e.contains("synthesizer"), "{e}");
         assert_eq!(snapshot(&l, &dni), before);
     }
@@ -314,14 +335,25 @@ fn bad_input_is_refused_naming_the_argument_with_nothing_changed() {
 
     // Not a DNI learner.
     let mut d = multi_drtrl();
-    let e = err_of(train_synthetic_gradient(&mut d, &xs, &[], loss, &SgTrainOpts::new()));
+    let e = err_of(train_synthetic_gradient(
+        &mut d,
+        &xs,
+        &[],
+        loss,
+        &SgTrainOpts::new(),
+    ));
     assert!(e.contains("learner") && e.contains("d_rtrl"), "{e}");
 
     // Options of the configuration and the synthesiser.
     let e = err_of(Dni::new().vjp_method(VjpMethod::SingleStep));
     assert!(e.contains("vjp_method"), "{e}");
     assert!(Dni::new().vjp_method(VjpMethod::MultiStep).is_ok());
-    let e = err_of(SyntheticGradient::random(&[vec![B, H, 1]], f64::INFINITY, 0, DType::F64));
+    let e = err_of(SyntheticGradient::random(
+        &[vec![B, H, 1]],
+        f64::INFINITY,
+        0,
+        DType::F64,
+    ));
     assert!(e.contains("scale"), "{e}");
     let e = err_of(SyntheticGradient::zeros(&[vec![H]], DType::F64));
     assert!(e.contains("group_shapes[0]"), "{e}");
@@ -345,7 +377,11 @@ fn bad_input_is_refused_naming_the_argument_with_nothing_changed() {
     p.insert("nope".into(), Tensor::ones(&[H], DType::F64));
     let e = err_of(sg.set_params(&p));
     assert!(e.contains("nope"), "{e}");
-    assert!(sg.weights()[0].to_vec_f64().unwrap().iter().all(|v| *v == 0.0));
+    assert!(sg.weights()[0]
+        .to_vec_f64()
+        .unwrap()
+        .iter()
+        .all(|v| *v == 0.0));
     let e = err_of(sg.apply(&[Tensor::zeros(&[B, H, 2], DType::F64)]));
     assert!(e.contains("group_hiddens[0]"), "{e}");
 }

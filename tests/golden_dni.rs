@@ -204,7 +204,10 @@ fn check_model<M: Model>(
             .map(|u| u as usize)
             .collect();
         if shapes[g] != shape {
-            fails.push(format!("groups[{g}]: shape {:?}, braintrace {shape:?}", shapes[g]));
+            fails.push(format!(
+                "groups[{g}]: shape {:?}, braintrace {shape:?}",
+                shapes[g]
+            ));
         }
     }
 
@@ -228,7 +231,12 @@ fn check_model<M: Model>(
     } else {
         let k = get(drv, "train")?.as_u64().ok_or("driver.train")? as usize;
         let tr = get(o, "train")?.as_object().ok_or("train")?;
-        known(tr, "train", &["lr", "epochs", "reset", "loss", "loss_c"], fails);
+        known(
+            tr,
+            "train",
+            &["lr", "epochs", "reset", "loss", "loss_c"],
+            fails,
+        );
         let lr = get(tr, "lr")?.as_f64().ok_or("train.lr")?;
         let epochs = get(tr, "epochs")?.as_u64().ok_or("train.epochs")? as usize;
         let reset = get(tr, "reset")?.as_bool().ok_or("train.reset")?;
@@ -323,7 +331,9 @@ fn cases() -> Vec<(String, Value)> {
 fn golden_dni_cases() {
     let cases = cases();
     assert!(cases.len() >= 10, "{} cases", cases.len());
-    assert!(cases.iter().any(|(f, _)| f == "dni__gru__train_k1_noreset.json"));
+    assert!(cases
+        .iter()
+        .any(|(f, _)| f == "dni__gru__train_k1_noreset.json"));
     for model in ["gru", "lif", "zoo_lstm"] {
         for case in ["grad_k2", "grad_k1", "train_k2"] {
             let name = format!("dni__{model}__{case}.json");
@@ -359,7 +369,8 @@ fn golden_dni_can_fail() {
             },
         );
         assert!(
-            fails.iter().any(|m| m.contains("grads.")) && fails.iter().any(|m| m.contains("losses")),
+            fails.iter().any(|m| m.contains("grads."))
+                && fails.iter().any(|m| m.contains("losses")),
             "{f}: perturbing a weight did not fail the gradients and losses: {fails:?}"
         );
         let fails = check(

@@ -120,7 +120,12 @@ impl SyntheticGradient {
     /// Weights drawn `scale · N(0, 1)` from `seed` (row-major, group by
     /// group; our generator, not braintrace's), biases zero: braintrace's
     /// `scale` for a synthesiser live from the start. `scale` must be finite.
-    pub fn random(group_shapes: &[Vec<usize>], scale: f64, seed: u64, dtype: DType) -> Result<Self> {
+    pub fn random(
+        group_shapes: &[Vec<usize>],
+        scale: f64,
+        seed: u64,
+        dtype: DType,
+    ) -> Result<Self> {
         if !scale.is_finite() {
             return Err(Error::invalid(
                 OP,
@@ -267,7 +272,9 @@ impl SyntheticGradient {
                 return Err(Error::shapes(
                     SP,
                     [v.shape(), cur.shape()],
-                    format!("`{k}` (first) must be a concrete tensor of its parameter's shape (second)"),
+                    format!(
+                        "`{k}` (first) must be a concrete tensor of its parameter's shape (second)"
+                    ),
                 ));
             }
             new.push((k.clone(), v.cast(self.dtype())?));
@@ -287,7 +294,11 @@ impl SyntheticGradient {
     /// The regression `Σ_g mean((ĝ_g(h_g) − y_g)²)` at `hiddens` against
     /// `targets` (both per group, shaped like the group): its value and
     /// its gradient by parameter name.
-    pub(crate) fn regression(&self, hiddens: &[Tensor], targets: &[Tensor]) -> Result<(f64, TensorDict)> {
+    pub(crate) fn regression(
+        &self,
+        hiddens: &[Tensor],
+        targets: &[Tensor],
+    ) -> Result<(f64, TensorDict)> {
         const RG: &str = "train_synthetic_gradient";
         self.check_slabs(RG, "hiddens", hiddens)?;
         self.check_slabs(RG, "targets", targets)?;
@@ -329,7 +340,8 @@ impl SyntheticGradient {
                 ),
             ));
         }
-        let (w, b): (Vec<Tensor>, Vec<Tensor>) = v.chunks(2).map(|c| (c[0].clone(), c[1].clone())).unzip();
+        let (w, b): (Vec<Tensor>, Vec<Tensor>) =
+            v.chunks(2).map(|c| (c[0].clone(), c[1].clone())).unzip();
         let sg = Self::from_values(&self.shapes, w, b)?;
         if sg.dtype() != self.dtype() {
             return Err(Error::dtype_with(

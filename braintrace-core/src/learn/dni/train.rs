@@ -178,19 +178,15 @@ where
     L: Fn(&Tensor, &[Tensor]) -> Result<Tensor>,
     U: FnMut(&TensorDict, &TensorDict) -> Result<TensorDict>,
 {
-    let dni = learner
-        .algorithm()
-        .get::<Dni>()
-        .cloned()
-        .ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!(
-                    "learner: its algorithm is `{}`, not DNI (compile with Dni::new())",
-                    learner.algorithm().name()
-                ),
-            )
-        })?;
+    let dni = learner.algorithm().get::<Dni>().cloned().ok_or_else(|| {
+        Error::invalid(
+            OP,
+            format!(
+                "learner: its algorithm is `{}`, not DNI (compile with Dni::new())",
+                learner.algorithm().name()
+            ),
+        )
+    })?;
     let sg = dni.synthesizer().ok_or_else(|| {
         Error::invalid(
             OP,
@@ -237,7 +233,12 @@ where
         ));
     }
     let batch = opts.batch_size.unwrap_or(learner.state().batch());
-    let groups: Vec<Vec<usize>> = learner.graph().groups().iter().map(|g| g.states.clone()).collect();
+    let groups: Vec<Vec<usize>> = learner
+        .graph()
+        .groups()
+        .iter()
+        .map(|g| g.states.clone())
+        .collect();
     let slabs = |h: &[Tensor]| -> Result<Vec<Tensor>> {
         groups
             .iter()

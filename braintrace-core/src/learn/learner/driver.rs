@@ -183,7 +183,9 @@ impl<M: Model> Learner<M> {
         let reuse = match &self.step {
             // (Only for as many target sequences: the loss is traced on the
             // cached avals, and a loss reading `y[0]` must not see none.)
-            Some(c) if c.window == k && c.loss_avals.len() == 1 + ny && !crate::graph::is_tracing() => {
+            Some(c)
+                if c.window == k && c.loss_avals.len() == 1 + ny && !crate::graph::is_tracing() =>
+            {
                 trace_loss(&loss, &c.loss_avals)
                     .ok()
                     .filter(|g| g.same_computation(&c.loss))
