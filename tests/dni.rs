@@ -9,7 +9,8 @@ mod learn_support;
 
 use braintrace::learn::{
     compile, train_synthetic_gradient, train_synthetic_gradient_with, Algorithm, DRtrl, Dni,
-    EtraceOpts, Learner, ModelState, SgTrainOpts, SyntheticGradient, TensorDict, VjpMethod,
+    EtraceOpts, EvolveOpts, Learner, ModelState, Reduction, SgTrainOpts, SyntheticGradient,
+    TensorDict, VjpMethod,
 };
 use braintrace::nn::{Adam, Checkpoint, Optimizer, Sgd};
 use braintrace::{DType, Tensor};
@@ -105,6 +106,94 @@ fn the_estimate_reaches_only_the_parameters_without_a_relation() {
             );
         }
     }
+}
+
+/// One window over the whole sequence (traces zero at its start): every
+/// parameter's gradient is the exact gradient of the window's summed loss,
+/// plus, for the parameters without a relation only, that of `⟨ĝ, h_T⟩`
+/// with the estimate `ĝ = M(h_T)` held fixed — against central finite
+/// differences of the model run forward.
+#[test]
+fn one_window_is_bptt_plus_the_estimate_for_parameters_without_a_relation() {
+    let k = 4;
+    let (xs, ys) = (draw(&[k, B, I], 5), draw(&[k, B, O], 6));
+    let (dni, mut l) = dni_learner(0.4);
+    let state0 = l.state().clone();
+    let out = l
+        .etrace_grad_with(
+            &xs,
+            std::slice::from_ref(&ys),
+            |o, y| mse(o, &y[0]),
+            &EtraceOpts::new().chunk_size(k).reduction(Reduction::Sum),
+        )
+        .unwrap();
+    let h_t = l.state().hidden_values()[0].reshape(&[B, H, 1]).unwrap();
+    let g_hat = dni.synthesizer().unwrap().apply(&[h_t]).unwrap()[0]
+        .reshape(&[B, H])
+        .unwrap();
+    // Σ_t loss_t and ⟨ĝ, h_T⟩ of a forward run with `key[idx]` moved by `d`.
+    let run = |key: &str, idx: usize, d: f64| -> (f64, f64) {
+        let mut st = state0.clone();
+        let p = st.param(key).unwrap();
+        let mut v = p.to_vec_f64().unwrap();
+        v[idx] += d;
+        st.set_param(key, &Tensor::from_vec(v, p.shape()).unwrap())
+            .unwrap();
+        let mut f = compile(
+            GruNet::new(I, H, O),
+            st,
+            DRtrl::default(),
+            &Tensor::zeros(&[B, I], DType::F64),
+            Some(B),
+        )
+        .unwrap();
+        let o = f
+            .evolve(&xs, &EvolveOpts::new().outputs(true))
+            .unwrap()
+            .unwrap();
+        let loss: f64 = (0..k)
+            .map(|t| {
+                mse(&o.index_axis0(t).unwrap(), &ys.index_axis0(t).unwrap())
+                    .unwrap()
+                    .to_vec_f64()
+                    .unwrap()[0]
+            })
+            .sum();
+        let future = f.state().hidden_values()[0]
+            .mul(&g_hat)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_vec_f64()
+            .unwrap()[0];
+        (loss, future)
+    };
+    let eps = 1e-6;
+    // The estimate's own term is far above the tolerance (the check can fail).
+    let mut biggest_future = 0.0f64;
+    for (key, plain) in [
+        ("rnn/Wr/weight/weight", true),
+        ("rnn/Wr/weight/bias", true),
+        ("rnn/Wz/weight/weight", false),
+        ("rnn/Wh/weight/bias", false),
+    ] {
+        let got = out.grads[key].to_vec_f64().unwrap();
+        for idx in [0, 2, 4] {
+            let ((lp, fp), (lm, fm)) = (run(key, idx, eps), run(key, idx, -eps));
+            let mut want = (lp - lm) / (2.0 * eps);
+            let future = (fp - fm) / (2.0 * eps);
+            biggest_future = biggest_future.max(future.abs());
+            if plain {
+                want += future;
+            }
+            assert!(
+                (got[idx] - want).abs() <= 1e-7 * (1.0 + want.abs()),
+                "{key}[{idx}]: {} vs finite differences {want}",
+                got[idx]
+            );
+        }
+    }
+    assert!(biggest_future > 1e-3, "{biggest_future}");
 }
 
 #[test]
