@@ -888,6 +888,14 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
     if std::env::var("BENCH_NON_FINITE").as_deref() == Ok("allow") {
         learner.set_non_finite(braintrace::learn::NonFinite::Allow);
     }
+    // DNI runs only with a synthesiser: braintrace's default, zeros (the
+    // exit estimate is computed and pushed back all the same).
+    if let Some(dni) = learner.algorithm().get::<braintrace::learn::Dni>() {
+        dni.attach_synthesizer(braintrace::learn::SyntheticGradient::for_graph(
+            learner.graph(),
+            DType::F32,
+        )?);
+    }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if cfg.explain {
         eprintln!("{}", learner.explain());

@@ -77,4 +77,6 @@ mod book {
     mod training {}
     #[doc = include_str!("../book/src/layers.md")]
     mod layers {}
+    #[doc = include_str!("../book/src/dni.md")]
+    mod dni {}
 }

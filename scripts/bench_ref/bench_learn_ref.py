@@ -77,6 +77,8 @@ ALGO_OPTIONS = {
     "ostl_recurrent": lambda: {},
     "ostl_feedforward": lambda: {},
     "three_factor": lambda: {"modulator": 1.0},
+    # DNI gets braintrace's default (zero) synthesiser once compiled.
+    "dni": lambda: {},
 }
 # SnAp (order 1 or 2), UORO and random projection, with their options.
 EXTRA_ALGOS = ("snap1", "snap2", "uoro", "random_projection")
@@ -260,6 +262,8 @@ def run_child(a):
     else:
         learner = braintrace.compile(model, braintrace.pp_prop, x0, batch_size=batch,
                                      decay_or_rank=PP_DECAY)
+    if algo == "dni":
+        learner.attach_synthesizer(braintrace.SyntheticGradient(learner.group_signal_shapes()))
     compile_ms = (time.perf_counter() - t0) * 1e3
 
     def mse(x, y):

@@ -343,6 +343,35 @@ pub(crate) trait TraceRule: Send + Sync {
     fn public_params(&self) -> Vec<Vec<usize>> {
         Vec::new()
     }
+    /// Whether the rule adds a bootstrapped cotangent at the exit of every
+    /// multi-step window ([`exit_cotangent`](Self::exit_cotangent), DNI's
+    /// synthetic gradient). Then the sequence driver runs every call as
+    /// windows (one step each for `chunk_size` 1), pushes the estimate
+    /// back through the window and adds what it gives to the parameters
+    /// without a relation only; the gradient's [`Solved::extra`] it hands
+    /// to the [`TraceState`] ends with the cotangent of each entering
+    /// hidden state (the window's own loss and the estimate), in the
+    /// model's hidden order.
+    fn bootstrapped(&self) -> bool {
+        false
+    }
+    /// Values the step programs take as inputs beside the traces (read
+    /// before a call's first step; concrete): a bootstrapped rule's
+    /// estimator. An error (e.g. no estimator) stops the call before
+    /// anything runs.
+    fn program_inputs(&self) -> Result<Vec<Tensor>> {
+        Ok(Vec::new())
+    }
+    /// The cotangent to add at the window-exit hidden states `exit` (one
+    /// per hidden state, shaped like it; traced), from the
+    /// [`program_inputs`](Self::program_inputs) `inputs`. Only called when
+    /// [`bootstrapped`](Self::bootstrapped).
+    fn exit_cotangent(&self, _exit: &[Tensor], _inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Err(crate::error::Error::invalid(
+            "etrace_grad",
+            "this algorithm adds no cotangent at a window's exit",
+        ))
+    }
 }
 
 /// The traces and accumulators a learner owns for its algorithm, advanced
@@ -405,5 +434,10 @@ pub(crate) trait TraceState: Send + Sync {
     /// learner's work estimate ([`crate::threads::Work`]).
     fn trace_bytes(&self) -> usize {
         0
+    }
+    /// The state itself, for an algorithm that reads its own state back
+    /// from the learner (DNI's synthetic-gradient training).
+    fn as_any(&self) -> Option<&dyn Any> {
+        None
     }
 }

@@ -65,6 +65,7 @@ algorithms! {
     three_factor::{ThreeFactor} named [ThreeFactor];
     snap::{SnAp} named [SnAp];
     uoro::{Draws, RandomProjection, Uoro} named [Uoro, RandomProjection];
+    dni::{train_synthetic_gradient, train_synthetic_gradient_with, Dni, SgTrainOpts, SyntheticGradient} named [Dni];
 }
 
 pub use algorithm::{Algorithm, InStepPaths, NonTemporal, Reduction, VjpMethod};

@@ -175,6 +175,11 @@ impl<M: Model> Learner<M> {
         let mut inputs: Vec<(&str, &Tensor)> = vec![("xs", xs)];
         inputs.extend(ys_named.iter().map(String::as_str).zip(ys));
         self.refuse_non_finite_inputs("etrace_grad", &inputs)?;
+        // A bootstrapped rule (DNI) runs every call as windows, and its
+        // step programs take its estimator as inputs.
+        let boot = self.program.rule.bootstrapped();
+        let windowed = k > 1 || boot;
+        let prog_inputs = self.program.rule.program_inputs()?;
         let program = self.program.clone();
         let np = self.state.param_values().len();
         let nh = self.state.hidden_values().len();
@@ -182,7 +187,11 @@ impl<M: Model> Learner<M> {
         let ny = ys.len();
         let n_aux: Mutex<Option<usize>> = Mutex::new(None);
         let reuse = match &self.step {
-            Some(c) if c.window == k && !crate::graph::is_tracing() => {
+            // (Only for as many target sequences: the loss is traced on the
+            // cached avals, and a loss reading `y[0]` must not see none.)
+            Some(c)
+                if c.window == k && c.loss_avals.len() == 1 + ny && !crate::graph::is_tracing() =>
+            {
                 trace_loss(&loss, &c.loss_avals)
                     .ok()
                     .filter(|g| g.same_computation(&c.loss))
@@ -206,8 +215,8 @@ impl<M: Model> Learner<M> {
             let (x, rest) = rest.split_first().expect("the step's input");
             let (y, rest) = rest.split_at(ny);
             let (c, seed) = (&rest[0], &rest[1]);
-            let traces = &rest[2..2 + nt];
-            let (v, na) = if k == 1 {
+            let (traces, ins) = rest[2..].split_at(nt);
+            let (v, na) = if !windowed {
                 step_program(
                     &program,
                     params,
@@ -230,6 +239,7 @@ impl<M: Model> Learner<M> {
                     c,
                     seed,
                     traces,
+                    ins,
                     &call,
                     R::AUX,
                     k,
@@ -244,7 +254,7 @@ impl<M: Model> Learner<M> {
         // Time-major sequences as windows `(T/k, k, ...)` when k > 1.
         let windows = |s: &Tensor| -> Result<Tensor> {
             let s = s.cast(dtype)?;
-            if k == 1 {
+            if !windowed {
                 return Ok(s);
             }
             let mut shape = vec![t_len / k, k];
@@ -290,6 +300,7 @@ impl<M: Model> Learner<M> {
                 args.extend(rows.ys.iter().cloned());
                 args.extend([rows.c.clone(), rows.seed.clone()]);
                 args.extend_from_slice(&traces);
+                args.extend(prog_inputs.iter().cloned());
                 let (res, na) = match &reuse {
                     Some((staged, na)) if accepted >= 2 || staged.accepts(&args) => {
                         accepted += 1;
@@ -348,7 +359,7 @@ impl<M: Model> Learner<M> {
                     traces = run.traces.to_vec();
                     done += 1;
                 }
-                if k == 1 {
+                if !windowed {
                     losses.push(run.loss.clone());
                 } else {
                     for j in 0..k {
@@ -567,7 +578,12 @@ fn push_gradient(v: &mut Vec<Tensor>, g: Gradient) {
 /// times (the traces advance `k` times); the gradient of `Σ_j seed_j ·
 /// loss_j` by reverse mode through the `k` steps with respect to the
 /// parameters and the window's entering hidden states, solved with the
-/// traces at the window's start.
+/// traces at the window's start. A bootstrapped rule's estimate at the
+/// exit hidden states (from `ins`) goes back through the same reverse pass
+/// a second time: added to the parameters without a relation (a relation's
+/// trace already carries its credit beyond the window), and with the
+/// first pass's to the entering hidden states' cotangents, which end the
+/// gradient's extra values (see `TraceRule::bootstrapped`).
 #[allow(clippy::too_many_arguments)]
 fn window_program(
     program: &Program,
@@ -578,11 +594,13 @@ fn window_program(
     c: &Tensor,
     seedw: &Tensor,
     traces: &[Tensor],
+    ins: &[Tensor],
     loss: &LossCall<'_>,
     with_aux: bool,
     k: usize,
 ) -> Result<(Vec<Tensor>, usize)> {
     let (np, nh) = (params.len(), hidden.len());
+    let boot = program.rule.bootstrapped();
     let xj: Vec<Tensor> = (0..k).map(|j| xw.index_axis0(j)).collect::<Result<_>>()?;
     let yj: Vec<Vec<Tensor>> = (0..k)
         .map(|j| yw.iter().map(|y| y.index_axis0(j)).collect())
@@ -618,12 +636,18 @@ fn window_program(
             ls.push(l);
             h = o[1..].to_vec();
         }
-        Ok(vec![crate::ops::stack(&ls, 0)?])
+        let mut out = vec![crate::ops::stack(&ls, 0)?];
+        if boot {
+            out.extend(h);
+        }
+        Ok(out)
     };
     let mut primals = params.to_vec();
     primals.extend_from_slice(hidden);
     let (vals, pull) = crate::transform::vjp(obj, &primals)?;
-    let cts = pull.apply(&[seedw.cast(vals[0].dtype())?])?;
+    let mut seeds = vec![seedw.cast(vals[0].dtype())?];
+    seeds.extend(vals[1..].iter().map(Tensor::zeros_like));
+    let cts = pull.apply(&seeds)?;
     let solved = program.rule.solve(&SolveIn {
         params,
         traces,
@@ -633,6 +657,18 @@ fn window_program(
     let mut grads: Vec<Tensor> = cts[..np].to_vec();
     for (i, t) in solved.grads {
         grads[i] = grads[i].add(&t)?;
+    }
+    let mut extra = solved.extra;
+    if boot {
+        let mut exit = vec![vals[0].zeros_like()];
+        exit.extend(program.rule.exit_cotangent(&h, ins)?);
+        let future = pull.apply(&exit)?;
+        for i in program.eg.params_without_relation() {
+            grads[i] = grads[i].add(&future[i])?;
+        }
+        for j in np..np + nh {
+            extra.push(cts[j].add(&future[j])?);
+        }
     }
     let mut aux = Vec::new();
     if with_aux {
@@ -656,7 +692,7 @@ fn window_program(
         Gradient {
             loss: vals[0].clone(),
             grads,
-            extra: solved.extra,
+            extra,
         },
     );
     Ok((v, na))

@@ -13,6 +13,18 @@ use crate::transform::Jit;
 use std::sync::Arc;
 
 impl<M: Model> Learner<M> {
+    /// The algorithm's learner-side state (DNI's training reads its last
+    /// window's hidden cotangents back).
+    pub(crate) fn trace_state(&self) -> &dyn crate::learn::algorithm::TraceState {
+        &*self.owned
+    }
+
+    /// `xs` and the target sequences checked as `etrace_grad` checks them;
+    /// their length.
+    pub(crate) fn checked_length(&self, xs: &Tensor, ys: &[Tensor]) -> Result<usize> {
+        self.check_inputs(xs, ys)
+    }
+
     /// The compilation as data (braintrace's `CompilationReport`): the
     /// algorithm and its lines, the hidden groups, the weights with traces
     /// and their groups, the weights without and why, the diagnostics.
