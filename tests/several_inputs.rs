@@ -182,7 +182,9 @@ fn two_inputs_learn_as_one_input_on_their_concatenation() {
         let ys_ = [ys.clone()];
         // Twice: the second call continues from the first's state.
         for round in 0..2 {
-            let a = two.etrace_grad_inputs(&[&xs, &ms], &ys_, mse, &opts).unwrap();
+            let a = two
+                .etrace_grad_inputs(&[&xs, &ms], &ys_, mse, &opts)
+                .unwrap();
             let b = one.etrace_grad_with(&cat, &ys_, mse, &opts).unwrap();
             let what = format!("{name} round {round}");
             assert_dicts(&a.grads, &b.grads, 1e-12, &what);
@@ -229,7 +231,12 @@ fn d_rtrl_of_two_inputs_equals_bptt_where_exact() {
     // The same BPTT of the one-input model on the concatenation.
     let cat = braintrace::concat(&[xs.clone(), ms.clone()], 2).unwrap();
     let b1 = bptt_grad(&TwoIn::new(true), &state, &cat, &ys, mse1, Reduction::Mean).unwrap();
-    assert_dicts(&bptt.grads, &b1.grads, 1e-13, "BPTT two inputs vs concatenated");
+    assert_dicts(
+        &bptt.grads,
+        &b1.grads,
+        1e-13,
+        "BPTT two inputs vs concatenated",
+    );
 }
 
 /// One golden file: the model, weights and sequences rebuilt, the
@@ -271,19 +278,26 @@ fn check_golden(file: &str, perturb: bool) -> Vec<String> {
         array(&v["ys"], "ys").unwrap(),
     );
     let (x0, m0) = (xs.index_axis0(0).unwrap(), ms.index_axis0(0).unwrap());
-    let mut l = compile_with(model, state, algo, &[&x0, &m0], Some(B), &CompileOpts::new())
-        .unwrap();
+    let mut l = compile_with(
+        model,
+        state,
+        algo,
+        &[&x0, &m0],
+        Some(B),
+        &CompileOpts::new(),
+    )
+    .unwrap();
     let out = l
         .etrace_grad_inputs(&[&xs, &ms], &[ys], mse, &EtraceOpts::new())
         .unwrap();
     let mut fails = Vec::new();
     let mut cmp = |what: &str, got: &Tensor, want: &Tensor| {
         let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-        if got.shape() != want.shape()
-            || g.iter()
-                .zip(&w)
-                .any(|(a, b)| !((a - b).abs() <= 1e-9 * (1.0 + b.abs())))
-        {
+        let close = g
+            .iter()
+            .zip(&w)
+            .all(|(a, b)| (a - b).abs() <= 1e-9 * (1.0 + b.abs()));
+        if got.shape() != want.shape() || !close {
             fails.push(format!("{file}: {what}: {g:?} vs {w:?}"));
         }
     };
@@ -306,7 +320,10 @@ fn golden_two_argument_update_from_braintrace() {
         let fails = check_golden(file, false);
         assert!(fails.is_empty(), "{}", fails.join("\n"));
         // The comparison can fail: a perturbed weight is caught.
-        assert!(!check_golden(file, true).is_empty(), "{file}: perturbation not caught");
+        assert!(
+            !check_golden(file, true).is_empty(),
+            "{file}: perturbation not caught"
+        );
     }
 }
 
@@ -326,12 +343,18 @@ fn a_wrong_count_shape_dtype_or_length_is_refused_and_changes_nothing() {
         }
     };
     let e = l.update_inputs(&[&x]).unwrap_err().to_string();
-    assert!(e.contains("1 input(s) given") && e.contains("2 example input"), "{e}");
+    assert!(
+        e.contains("1 input(s) given") && e.contains("2 example input"),
+        "{e}"
+    );
     let e = l.update_inputs(&[&x, &m, &m]).unwrap_err().to_string();
     assert!(e.contains("3 input(s) given"), "{e}");
     let wide = draw(&[B, N_M + 1], 6);
     let e = l.update_inputs(&[&x, &wide]).unwrap_err().to_string();
-    assert!(e.contains("xs[1]") && e.contains("[2, 3]") && e.contains("[2, 2]"), "{e}");
+    assert!(
+        e.contains("xs[1]") && e.contains("[2, 3]") && e.contains("[2, 2]"),
+        "{e}"
+    );
     let ints = Tensor::zeros(&[B, N_M], DType::I64);
     let e = l.update_inputs(&[&x, &ints]).unwrap_err().to_string();
     assert!(e.contains("xs[1]"), "{e}");
@@ -377,15 +400,32 @@ fn compile_refuses_bad_example_inputs_naming_them() {
     let x0 = Tensor::zeros(&[B, N_X], DType::F64);
     let m3 = Tensor::zeros(&[3, N_M], DType::F64);
     let opts = CompileOpts::new();
-    let e = compile_with(model, state.clone(), DRtrl::default(), &[&x0, &m3], Some(B), &opts)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("example_inputs[1]") && e.contains("batch size 2"), "{e}");
-    let e = compile_with(TwoIn::new(false), state.clone(), DRtrl::default(), &[], Some(B), &opts)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = compile_with(
+        model,
+        state.clone(),
+        DRtrl::default(),
+        &[&x0, &m3],
+        Some(B),
+        &opts,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("example_inputs[1]") && e.contains("batch size 2"),
+        "{e}"
+    );
+    let e = compile_with(
+        TwoIn::new(false),
+        state.clone(),
+        DRtrl::default(),
+        &[],
+        Some(B),
+        &opts,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("at least one example input"), "{e}");
     // A model of one input refuses two, naming the count (the default
     // `step_inputs`).
@@ -397,10 +437,17 @@ fn compile_refuses_bad_example_inputs_naming_them() {
         .to_string();
     assert!(e.contains("takes 1 input, 2 were given"), "{e}");
     // The two-input model refuses one input.
-    let e = compile_with(TwoIn::new(false), state, DRtrl::default(), &[&x0], Some(B), &opts)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = compile_with(
+        TwoIn::new(false),
+        state,
+        DRtrl::default(),
+        &[&x0],
+        Some(B),
+        &opts,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("takes 2 inputs, 1 given"), "{e}");
 }
 
@@ -504,18 +551,25 @@ fn compile_with_takes_the_control_flow_policy() {
         };
         compile_with(model, state, DRtrl::default(), &[&x0], Some(B), &opts)
     };
-    let has = |l: &Learner<Flow>, k: DiagnosticKind| l.graph().diagnostics().iter().any(|d| d.kind == k);
+    let has =
+        |l: &Learner<Flow>, k: DiagnosticKind| l.graph().diagnostics().iter().any(|d| d.kind == k);
     // The default policy: the cond is if-converted, the scan unrolled.
     let l = build(false, None).unwrap();
     assert!(has(&l, DiagnosticKind::CondIfConverted));
     assert_eq!(l.control_flow(), &ControlFlowPolicy::default());
-    assert!(has(&build(true, None).unwrap(), DiagnosticKind::ScanUnrolled));
+    assert!(has(
+        &build(true, None).unwrap(),
+        DiagnosticKind::ScanUnrolled
+    ));
     // An opaque cond with a weight inside is refused, naming the weight.
     let opaque = ControlFlowPolicy {
         cond: CondPolicy::Opaque,
         ..ControlFlowPolicy::default()
     };
-    let e = build(false, Some(opaque.clone())).err().unwrap().to_string();
+    let e = build(false, Some(opaque.clone()))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("W/weight/weight") && e.contains("cond"), "{e}");
     // A scan longer than the limit is refused.
     let short = ControlFlowPolicy {
@@ -566,7 +620,10 @@ fn diags(direct: bool) -> Vec<(String, String, Option<String>, Vec<String>)> {
         .diagnostics()
         .iter()
         .map(|d| {
-            assert!(d.kind.emitted() && d.kind.levels().contains(&d.level), "{d}");
+            assert!(
+                d.kind.emitted() && d.kind.levels().contains(&d.level),
+                "{d}"
+            );
             (
                 d.kind.braintrace_name().to_string(),
                 d.level.name().to_string(),
@@ -607,7 +664,7 @@ fn relation_partial_path_where_braintrace_emits_it() {
     let d = diags(false);
     assert_ne!(d, want);
     assert!(d.iter().all(|x| x.0 != "RELATION_PARTIAL_PATH"), "{d:?}");
-    assert!(d
-        .iter()
-        .any(|x| x.0 == "RELATION_EXCLUDED_WEIGHT_TO_WEIGHT" && x.2.as_deref() == Some("W1/weight")));
+    assert!(d.iter().any(
+        |x| x.0 == "RELATION_EXCLUDED_WEIGHT_TO_WEIGHT" && x.2.as_deref() == Some("W1/weight")
+    ));
 }

@@ -82,7 +82,9 @@ impl Inputs {
                     return Err(Error::shapes(
                         op,
                         [x.shape()],
-                        format!("{which}the example input's leading axis must be the batch size {b}"),
+                        format!(
+                            "{which}the example input's leading axis must be the batch size {b}"
+                        ),
                     ));
                 }
             }
@@ -174,7 +176,7 @@ impl Inputs {
         let t_len = xs.first().and_then(|x| x.shape().first().copied());
         for (i, (x, s)) in xs.iter().zip(&self.shapes).enumerate() {
             check_value(op, &name(i, n), x, dtype)?;
-            if x.ndim() == 0 || &x.shape()[1..] != &s[..] {
+            if x.ndim() == 0 || x.shape()[1..] != s[..] {
                 return Err(Error::shapes(
                     op,
                     [x.shape(), &s[..]],
@@ -232,7 +234,11 @@ impl Inputs {
         if !self.packed() {
             return Ok(Tensor::zeros(&self.shapes[0], dtype));
         }
-        let z: Vec<Tensor> = self.shapes.iter().map(|s| Tensor::zeros(s, dtype)).collect();
+        let z: Vec<Tensor> = self
+            .shapes
+            .iter()
+            .map(|s| Tensor::zeros(s, dtype))
+            .collect();
         self.pack_step("compile", &z.iter().collect::<Vec<_>>(), dtype)
     }
 
