@@ -170,7 +170,8 @@ fn assert_dicts(a: &TensorDict, b: &TensorDict, tol: f64, what: &str) {
 fn two_inputs_learn_as_one_input_on_their_concatenation() {
     let (xs, ms, ys) = seqs(7);
     let cat = braintrace::concat(&[xs.clone(), ms.clone()], 2).unwrap();
-    let algos: [(&str, fn() -> Algorithm); 2] = [
+    type Make = fn() -> Algorithm;
+    let algos: [(&str, Make); 2] = [
         ("d_rtrl", || DRtrl::default().into()),
         ("pp_prop", || PpProp::new(0.9).unwrap().into()),
     ];
@@ -222,7 +223,12 @@ fn d_rtrl_of_two_inputs_equals_bptt_where_exact() {
     )
     .unwrap();
     let on = l
-        .etrace_grad_inputs(&[&xs, &ms], &[ys.clone()], mse, &EtraceOpts::new())
+        .etrace_grad_inputs(
+            &[&xs, &ms],
+            std::slice::from_ref(&ys),
+            mse,
+            &EtraceOpts::new(),
+        )
         .unwrap();
     for (k, g) in &bptt.grads {
         assert_close(&on.grads[k], g, 1e-12, &format!("D-RTRL vs BPTT: {k}"));
