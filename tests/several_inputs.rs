@@ -674,3 +674,40 @@ fn relation_partial_path_where_braintrace_emits_it() {
         |x| x.0 == "RELATION_EXCLUDED_WEIGHT_TO_WEIGHT" && x.2.as_deref() == Some("W1/weight")
     ));
 }
+
+/// The cost of carrying two inputs packed: `etrace_grad_inputs` against
+/// `etrace_grad_with` on the concatenation, D-RTRL, 200 steps, batch 2.
+/// A measurement, not a check: `cargo test --release --test
+/// several_inputs -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn time_two_inputs_against_the_concatenation() {
+    let (xs, ms, ys) = seqs(200);
+    let cat = braintrace::concat(&[xs.clone(), ms.clone()], 2).unwrap();
+    let ys_ = [ys];
+    let (mut two, mut one) = (two_in(DRtrl::default()), one_in(DRtrl::default()));
+    let opts = EtraceOpts::new();
+    let best = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let t2 = best(&mut || {
+        two.etrace_grad_inputs(&[&xs, &ms], &ys_, mse, &opts)
+            .unwrap();
+    });
+    let t1 = best(&mut || {
+        one.etrace_grad_with(&cat, &ys_, mse, &opts).unwrap();
+    });
+    println!(
+        "200 steps: two inputs {:.3} ms, one concatenated input {:.3} ms ({:.1} us/step vs {:.1} us/step)",
+        t2 * 1e3,
+        t1 * 1e3,
+        t2 / 200.0 * 1e6,
+        t1 / 200.0 * 1e6
+    );
+}
