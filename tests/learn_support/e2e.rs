@@ -135,16 +135,11 @@ fn loss_of(o: &Map<String, Value>) -> R<LossFn> {
     }
 }
 
-/// braintrace warns when a weight reaches a hidden state both directly and
-/// through another trainable ETP primitive (the MGU's `Wf`, through `Wh`):
-/// the relation is kept and the indirect path is left out of the traces.
-/// Our compiler keeps the relation the same way but emits no diagnostic, so
-/// the checker skips this warning (the gradients still have to agree).
-fn is_both_paths_warning(w: &str) -> bool {
-    w.contains("through *both* a direct tail and another trainable ETP primitive")
-        // SnAp-n's position analysis widening to all-to-all: ours always
-        // takes the whole group (no diagnostic), the numbers must agree.
-        || w.contains("SnAp-n position analysis could not derive a pattern")
+/// A braintrace warning the checker skips: SnAp-n's position analysis
+/// widening to all-to-all (ours always takes the whole group, no
+/// diagnostic; the numbers must agree).
+fn is_skipped_warning(w: &str) -> bool {
+    w.contains("SnAp-n position analysis could not derive a pattern")
 }
 
 /// Warning kinds in braintrace's compile warnings.
@@ -153,6 +148,10 @@ fn warning_kind(w: &str) -> R<DiagnosticKind> {
         Ok(DiagnosticKind::ExcludedWeightToWeight)
     } else if w.contains("has no connected hidden states") {
         Ok(DiagnosticKind::ExcludedNonTemporal)
+    } else if w.contains("through *both* a direct tail and another trainable ETP primitive") {
+        // RELATION_PARTIAL_PATH: the MGU's `Wf`, which also reaches `h`
+        // through `Wh`.
+        Ok(DiagnosticKind::PartialPath)
     } else {
         Err(format!("unrecognised compile warning: {w}"))
     }
@@ -664,7 +663,7 @@ fn check_graph<M: Model>(
         .as_array()
         .ok_or("compile_warnings")?
         .iter()
-        .filter(|w| !is_both_paths_warning(w.as_str().unwrap_or_default()))
+        .filter(|w| !is_skipped_warning(w.as_str().unwrap_or_default()))
         .map(|w| warning_kind(w.as_str().unwrap_or_default()).map(|k| format!("{k:?}")))
         .collect::<R<_>>()?;
     let mut got_kinds: Vec<String> = eg

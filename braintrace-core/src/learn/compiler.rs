@@ -497,6 +497,20 @@ impl EtraceGraph {
                 });
                 continue;
             }
+            for j in self.partial_paths(&consumers, &producers, ei, y_var, &connected_hidden) {
+                let hp = self.hidden_paths[j].clone();
+                diags.push(Diagnostic {
+                    kind: DiagnosticKind::PartialPath,
+                    level: Level::Warning,
+                    message: format!(
+                        "ETP primitive {pname} (weight={}) reaches hidden state {hp} both directly and through another trainable ETP primitive; the relation is kept, but the gradient along the indirect path is not captured by its traces",
+                        weight_path.clone().unwrap_or_default()
+                    ),
+                    primitive: Some(pname.clone()),
+                    weight_path: weight_path.clone(),
+                    hidden_paths: vec![hp],
+                });
+            }
             diags.push(Diagnostic {
                 kind: DiagnosticKind::RelationIncluded,
                 level: Level::Info,
@@ -525,6 +539,48 @@ impl EtraceGraph {
         self.diagnostics.extend(diags);
         self.relations = relations;
         Ok(())
+    }
+
+    /// The hidden states (indices, of the `connected` paths) that the
+    /// output `y` of equation `eqn` reaches both directly and through
+    /// another non-gradient-enabled ETP equation (braintrace's `MIXED`
+    /// path classification): an equation of the latter kind lies on a path
+    /// from `y` to the state's new value. The direct path is known to
+    /// exist (the state is connected).
+    fn partial_paths(
+        &self,
+        consumers: &[Vec<usize>],
+        producers: &[Option<usize>],
+        eqn: usize,
+        y: VarId,
+        connected: &[String],
+    ) -> Vec<usize> {
+        let (forward, _) = self.reach(consumers, y, &|_| false, &|_| false);
+        let mut mixed = Vec::new();
+        for (j, path) in self.hidden_paths.iter().enumerate() {
+            if !connected.contains(path) {
+                continue;
+            }
+            // Backwards from the state's new value over producers.
+            let mut backward = vec![false; self.graph.num_vars()];
+            let mut q = VecDeque::from([self.hidden_out_var(j)]);
+            let mut crosses = false;
+            while let Some(v) = q.pop_front() {
+                if std::mem::replace(&mut backward[v], true) {
+                    continue;
+                }
+                let Some(e) = producers[v] else { continue };
+                if forward[v] && e != eqn && self.is_boundary(e) {
+                    crosses = true;
+                    break;
+                }
+                q.extend(self.graph.eqns()[e].inputs().iter().copied());
+            }
+            if crosses {
+                mixed.push(j);
+            }
+        }
+        mixed
     }
 
     /// A readable account of the groups, relations and every diagnostic.

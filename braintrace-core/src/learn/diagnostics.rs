@@ -200,6 +200,7 @@ impl DiagnosticKind {
                 | DiagnosticKind::ExcludedWeightToWeight
                 | DiagnosticKind::TrainableNotParam
                 | DiagnosticKind::HiddenGroupMerged
+                | DiagnosticKind::PartialPath
                 // The control-flow policy (`learn/control_flow.rs`).
                 | DiagnosticKind::ScanUnrolled
                 | DiagnosticKind::ScanUnrollSkipped

@@ -16,10 +16,12 @@ mod evolve;
 mod guard;
 mod inspect;
 mod opts;
-pub use opts::{EtraceOpts, EtraceOut, EvolveOpts, StepLoss};
+pub use opts::{CompileOpts, EtraceOpts, EtraceOut, EvolveOpts, StepLoss};
 
 mod resume;
 pub use resume::LearnerSnapshot;
+
+mod several;
 
 /// Gradients keyed by parameter key and the per-step losses.
 #[derive(Clone, Debug)]
@@ -46,6 +48,10 @@ pub struct Learner<M: Model> {
     running_index: usize,
     forward: Jit<StepFn>,
     input_aval: crate::tensor::Aval,
+    /// The compiled inputs (several are carried packed in `input_aval`).
+    inputs: super::inputs::Inputs,
+    /// The control-flow policy the step was analysed with.
+    control_flow: super::ControlFlowPolicy,
     /// The step program `etrace_grad` staged last, reused by the next call
     /// while the loss computes the same thing (and the shapes match).
     step: Option<driver::StepCache>,
@@ -65,32 +71,50 @@ pub struct Learner<M: Model> {
 /// `batch_size`); `example_input` is one step's input (with the batch axis
 /// when `batch_size` is given). Fails with a clear error when the model has
 /// no hidden state, no ETP operation or no relation between the two.
+/// [`compile_with`] takes several inputs per step and the options.
 pub fn compile<M: Model>(
     model: M,
-    mut state: ModelState,
+    state: ModelState,
     algorithm: impl Into<Algorithm>,
     example_input: &Tensor,
     batch_size: Option<usize>,
 ) -> Result<Learner<M>> {
+    let opts = CompileOpts::default();
+    compile_with(model, state, algorithm, &[example_input], batch_size, &opts)
+}
+
+/// [`compile`] with one example per input of the step and options
+/// ([`CompileOpts`]: the control-flow policy).
+///
+/// With one example input the learner is [`compile`]'s. With several
+/// (braintrace's `update(*args)`: an input and a modulator, two streams of
+/// different widths) the model's [`Model::step_inputs`] gets them in
+/// order, and the learner takes them through
+/// [`update_inputs`](Learner::update_inputs),
+/// [`etrace_grad_inputs`](Learner::etrace_grad_inputs),
+/// [`evolve_inputs`](Learner::evolve_inputs) and
+/// [`evaluate_inputs`](Learner::evaluate_inputs), each input checked
+/// against its example (count, shape). With a batch size, every example
+/// of one axis or more has it leading; a scalar input is shared by the
+/// batch.
+pub fn compile_with<M: Model>(
+    model: M,
+    mut state: ModelState,
+    algorithm: impl Into<Algorithm>,
+    example_inputs: &[&Tensor],
+    batch_size: Option<usize>,
+    opts: &CompileOpts,
+) -> Result<Learner<M>> {
     let algorithm = algorithm.into();
-    if example_input.is_symbolic() {
-        return Err(Error::invalid(
-            "compile",
-            "the example input must be a concrete tensor",
-        ));
-    }
-    if let (Some(b), Some(&x0)) = (batch_size, example_input.shape().first()) {
-        if x0 != b {
-            return Err(Error::shapes(
-                "compile",
-                [example_input.shape()],
-                format!("the example input's leading axis must be the batch size {b}"),
-            ));
-        }
-    }
+    let inputs = super::inputs::Inputs::new("compile", example_inputs, batch_size)?;
     state.reset_hidden(batch_size)?;
-    let x = example_input.cast(state.dtype())?;
-    let eg = Arc::new(EtraceGraph::analyse(&model, &state, &x)?);
+    let x = inputs.pack_step("compile", example_inputs, state.dtype())?;
+    let eg = Arc::new(EtraceGraph::analyse_with(
+        &inputs.model(&model),
+        &state,
+        &x,
+        &opts.control_flow,
+    )?);
     eg.require_relations()?;
     let program = Arc::new(Program::new(eg, algorithm)?);
     let traces = program.rule.zeros();
@@ -110,6 +134,8 @@ pub fn compile<M: Model>(
         running_index: 0,
         forward: Jit::new(forward),
         input_aval: x.aval(),
+        inputs,
+        control_flow: opts.control_flow.clone(),
         step: None,
         step_traces: 0,
         work,
@@ -237,6 +263,7 @@ impl<M: Model> Learner<M> {
     /// [`NonFinite::Skip`](super::NonFinite::Skip) the step is dropped and
     /// its (non-finite) output returned.
     pub fn update(&mut self, x: &Tensor) -> Result<Tensor> {
+        self.inputs.require_one("update", "update_inputs")?;
         crate::threads::auto(self.work, || self.update_here(x))
     }
 

@@ -85,3 +85,6 @@ pub use state::{
     float_dtype, float_input, join_path, step_values, HiddenInfo, Init, Model, ModelState,
     ParamInfo, StepCtx, TensorDict,
 };
+mod inputs;
+pub use inputs::bptt_grad_inputs;
+pub use learner::{compile_with, CompileOpts};

@@ -143,6 +143,28 @@ pub trait Model {
     fn init(&self, init: &mut Init) -> Result<()>;
     /// Compute one step.
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor>;
+    /// Compute one step on several inputs (braintrace's `update(*args)`):
+    /// an input and a per-step modulator, two input streams of different
+    /// widths. A learner compiled with several example inputs
+    /// ([`compile_with`](super::compile_with)) calls this with them in
+    /// order; with one input the learner calls [`step`](Self::step).
+    ///
+    /// The default takes one input and runs `step`; more are refused with
+    /// an error naming the count. A model of several inputs overrides it
+    /// (and may write its `step` as `self.step_inputs(ctx,
+    /// std::slice::from_ref(x))`, which then refuses a single input).
+    fn step_inputs(&self, ctx: &mut StepCtx, xs: &[Tensor]) -> Result<Tensor> {
+        match xs {
+            [x] => self.step(ctx, x),
+            _ => Err(Error::invalid(
+                "Model::step_inputs",
+                format!(
+                    "xs: this model's step takes 1 input, {} were given (a model of several inputs implements `Model::step_inputs`)",
+                    xs.len()
+                ),
+            )),
+        }
+    }
 }
 
 /// What a [`Model::step`] reads and writes: parameter values, old hidden

@@ -378,4 +378,10 @@ impl<A: Model, B: Model> Model for Chain<A, B> {
         let h = self.first.step(ctx, x)?;
         self.second.step(ctx, &h)
     }
+    /// The inputs go to `first` (a cell of several inputs), its output to
+    /// `second`.
+    fn step_inputs(&self, ctx: &mut StepCtx, xs: &[Tensor]) -> Result<Tensor> {
+        let h = self.first.step_inputs(ctx, xs)?;
+        self.second.step(ctx, &h)
+    }
 }

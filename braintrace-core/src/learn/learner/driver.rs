@@ -144,10 +144,12 @@ impl<M: Model> Learner<M> {
         L: Fn(&Tensor, &[Tensor]) -> Result<R>,
         R: StepLoss,
     {
+        self.inputs
+            .require_one("etrace_grad", "etrace_grad_inputs")?;
         crate::threads::auto(self.work, || self.etrace_grad_here(xs, ys, loss, opts))
     }
 
-    fn etrace_grad_here<L, R>(
+    pub(super) fn etrace_grad_here<L, R>(
         &mut self,
         xs: &Tensor,
         ys: &[Tensor],

@@ -28,6 +28,16 @@ impl<M: Model> Learner<M> {
     /// [`set_non_finite`](Self::set_non_finite)); an error in a later step
     /// keeps the completed steps (as `update` would).
     pub fn evolve(&mut self, xs: &Tensor, opts: &EvolveOpts) -> Result<Option<Tensor>> {
+        self.inputs.require_one("evolve", "evolve_inputs")?;
+        self.evolve_packed(xs, opts)
+    }
+
+    /// [`evolve`](Self::evolve) on the (packed) inputs of every step.
+    pub(super) fn evolve_packed(
+        &mut self,
+        xs: &Tensor,
+        opts: &EvolveOpts,
+    ) -> Result<Option<Tensor>> {
         let t_len = self.check_sequence("evolve", xs)?;
         let k = window("evolve", opts.chunk_size, t_len)?;
         self.refuse_non_finite_inputs("evolve", &[("xs", xs)])?;
@@ -37,7 +47,7 @@ impl<M: Model> Learner<M> {
         let mut x = Tensor::scalar_of(0.0, self.state.dtype());
         for t in 0..t_len {
             fill(&mut x, &xs, t)?;
-            let out = self.update(&x)?;
+            let out = crate::threads::auto(self.work, || self.update_here(&x))?;
             if opts.outputs {
                 outs.push(out);
             }
@@ -55,6 +65,12 @@ impl<M: Model> Learner<M> {
     /// was (hidden states, traces, step counter; it takes `&self`). The
     /// traces are not computed.
     pub fn evaluate(&self, xs: &Tensor) -> Result<Tensor> {
+        self.inputs.require_one("evaluate", "evaluate_inputs")?;
+        self.evaluate_packed(xs)
+    }
+
+    /// [`evaluate`](Self::evaluate) on the (packed) inputs of every step.
+    pub(super) fn evaluate_packed(&self, xs: &Tensor) -> Result<Tensor> {
         let t_len = self.check_sequence("evaluate", xs)?;
         let xs = xs.cast(self.state.dtype())?;
         let g = self.program.eg.graph().clone();

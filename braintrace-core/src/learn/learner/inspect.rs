@@ -97,13 +97,7 @@ impl<M: Model> Learner<M> {
     /// programs and traces reallocated for it (the parameters are kept).
     /// Nothing changes on error.
     pub(super) fn rebatch(&mut self, batch: Option<usize>) -> Result<()> {
-        let old = self.state.batch();
-        let per_sample = match old {
-            Some(_) => &self.input_aval.shape()[1..],
-            None => self.input_aval.shape(),
-        };
-        let mut shape: Vec<usize> = batch.into_iter().collect();
-        shape.extend_from_slice(per_sample);
+        let inputs = self.inputs.rebatched(self.state.batch(), batch);
         if batch == Some(0) {
             return Err(Error::invalid(
                 "reset_state",
@@ -112,8 +106,13 @@ impl<M: Model> Learner<M> {
         }
         let mut state = self.state.clone();
         state.reset_hidden(batch)?;
-        let x = Tensor::zeros(&shape, state.dtype());
-        let eg = Arc::new(EtraceGraph::analyse(&self.model, &state, &x)?);
+        let x = inputs.zeros(state.dtype())?;
+        let eg = Arc::new(EtraceGraph::analyse_with(
+            &inputs.model(&self.model),
+            &state,
+            &x,
+            &self.control_flow,
+        )?);
         eg.require_relations()?;
         let program = Arc::new(Program::new(eg, self.program.algo.clone())?);
         let traces = program.rule.zeros();
@@ -131,6 +130,7 @@ impl<M: Model> Learner<M> {
         self.work = work;
         self.forward = Jit::new(forward);
         self.input_aval = x.aval();
+        self.inputs = inputs;
         self.step = None;
         self.running_index = 0;
         Ok(())

@@ -242,3 +242,40 @@ pub struct EtraceOut {
     /// gradients.
     pub skipped: Vec<usize>,
 }
+
+/// Options of [`compile_with`](super::compile_with) (braintrace's
+/// `compile` keywords beside the algorithm's): the control-flow policy the
+/// step is analysed with. The default is what [`compile`](super::compile)
+/// does.
+///
+/// ```
+/// use braintrace_core::learn::{CompileOpts, CondPolicy, ControlFlowPolicy};
+///
+/// let policy = ControlFlowPolicy { cond: CondPolicy::Opaque, scan_unroll_limit: 4 };
+/// let opts = CompileOpts::new().control_flow(policy.clone());
+/// assert_eq!(opts.get_control_flow(), &policy);
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileOpts {
+    pub(super) control_flow: crate::learn::ControlFlowPolicy,
+}
+
+impl CompileOpts {
+    /// The defaults (the default [`ControlFlowPolicy`](crate::learn::ControlFlowPolicy)).
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// How control flow inside the step is handled (braintrace's
+    /// `ControlFlowPolicy`): fixed-count scans unrolled up to a limit,
+    /// conds if-converted or kept opaque. A reset to another batch size
+    /// analyses the step again with the same policy.
+    pub fn control_flow(mut self, policy: crate::learn::ControlFlowPolicy) -> Self {
+        self.control_flow = policy;
+        self
+    }
+    /// The control-flow policy.
+    pub fn get_control_flow(&self) -> &crate::learn::ControlFlowPolicy {
+        &self.control_flow
+    }
+}
