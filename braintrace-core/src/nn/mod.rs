@@ -21,6 +21,8 @@ pub mod optim;
 pub mod rnn;
 pub mod snn;
 mod spiking;
+mod embedding;
+mod grouped;
 
 pub use checkpoint::Checkpoint;
 pub use init::{Initializer, Rng};
@@ -34,3 +36,5 @@ pub use snn::{
     Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
 };
 pub use spiking::{ExpSynapse, LifCell};
+pub use embedding::Embedding;
+pub use grouped::GroupedLinear;
