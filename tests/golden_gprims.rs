@@ -435,3 +435,66 @@ fn golden_gprims_e2e_can_fail() {
         assert!(f.iter().any(|f| f.contains("etrace.grads")), "{name}: {f:?}");
     }
 }
+
+/// Bad input reaching a compiled learner: a token outside `[0, V)` (or not
+/// an integer, shown as -1) is an index error naming it and the table
+/// size, under D-RTRL and pp_prop, and the learner's hidden states,
+/// traces and step counter stay as they were.
+#[test]
+fn embedding_learner_refuses_bad_tokens() {
+    use braintrace::learn::{compile, Algorithm, DRtrl, ModelState, PpProp};
+    let algos: [Algorithm; 2] = [DRtrl::default().into(), PpProp::new(0.9).unwrap().into()];
+    for algo in algos {
+        let net = learn_support::gprims::EmbNet::new(5, 3, 2).unwrap();
+        let state = ModelState::new(&net, DType::F64, 0, Some(2)).unwrap();
+        let x0 = Tensor::zeros(&[2], DType::F64);
+        let mut l = compile(net, state, algo, &x0, Some(2)).unwrap();
+        l.update(&Tensor::from_vec(vec![1.0, 4.0], &[2]).unwrap())
+            .unwrap();
+        let (h, tr, n) = (
+            l.state().hidden_values().to_vec(),
+            l.traces(),
+            l.running_index(),
+        );
+        for bad in [5.0, -1.0, 2.5] {
+            let e = l
+                .update(&Tensor::from_vec(vec![1.0, bad], &[2]).unwrap())
+                .unwrap_err()
+                .to_string();
+            println!("token {bad}: {e}");
+            let shown = if bad == 2.5 { -1.0 } else { bad };
+            assert!(e.contains(&format!("index {shown}")) && e.contains('5'), "{e}");
+            assert_eq!(l.running_index(), n);
+            for (a, b) in l.state().hidden_values().iter().zip(&h) {
+                assert_eq!(a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+            }
+            for (a, b) in l.traces().iter().zip(&tr) {
+                assert_eq!(a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+            }
+        }
+    }
+}
+
+/// Bad sizes: a group count that does not divide the features, size 0,
+/// and an input of the wrong groups, each an error naming the layer, the
+/// argument and the value.
+#[test]
+fn layer_sizes_are_checked() {
+    use braintrace::nn::{Embedding, GroupedLinear};
+    let e = GroupedLinear::from_features("rec", 3, 6, 8)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GroupedLinear `rec`") && e.contains("total_out = 8"), "{e}");
+    let e = GroupedLinear::new("rec", 2, 0, 3).unwrap_err().to_string();
+    assert!(e.contains("GroupedLinear `rec`") && e.contains("in_features"), "{e}");
+    let e = Embedding::new("emb", 0, 3).unwrap_err().to_string();
+    assert!(e.contains("Embedding `emb`") && e.contains("num_embeddings"), "{e}");
+    let e = braintrace::prims::embedding(
+        &Tensor::from_vec(vec![7.0], &[1]).unwrap(),
+        &Tensor::zeros(&[4, 2], DType::F64),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("index 7") && e.contains("[0, 4)"), "{e}");
+}

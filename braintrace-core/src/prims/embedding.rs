@@ -187,8 +187,9 @@ emb_rules!(emb_rules_v, etp_emb_v);
 /// concrete `indices` (integer, or float holding integral values: a
 /// learner's input) is checked: each entry must be an integer in `[0, V)`,
 /// else an error naming `op`, the entry and `V`. A symbolic one (inside a
-/// traced step) is encoded by comparison; there `etp_emb`'s evaluation
-/// refuses a row that selects nothing. This is the `x` the embedding
+/// traced step, e.g. a compiled learner's) is checked when the step runs:
+/// the step fails with an index error naming the index (−1 for a
+/// non-integer or NaN) and `V`, before any state changes. This is the `x` the embedding
 /// primitives take (braintrace's `pp_x_repr` of the indices).
 ///
 /// ```
@@ -233,11 +234,18 @@ pub fn one_hot_indices(
     }
     let ids: Vec<f64> = (0..num_embeddings).map(|c| c as f64).collect();
     let ids = Tensor::from_vec(ids, &[num_embeddings])?;
-    indices
-        .cast(DType::F64)?
-        .expand_dims(indices.ndim())?
-        .eq_elem(&ids)?
-        .cast(dtype)
+    let x = indices.cast(DType::F64)?;
+    let x = if indices.is_symbolic() {
+        // Checked when the step runs: a bounds-checked `take` of the ids
+        // (the identity on valid indices) fails with the index and `V` for
+        // one out of range; a non-integer or NaN index is sent to -1 first.
+        let integral = x.cast(DType::I64)?.cast(DType::F64)?.eq_elem(&x)?;
+        let idx = crate::ops::where_(&integral, &x, &x.scalar_like(-1.0))?.cast(DType::I64)?;
+        ids.take(&idx, 0)?
+    } else {
+        x
+    };
+    x.expand_dims(indices.ndim())?.eq_elem(&ids)?.cast(dtype)
 }
 
 // ---------------------------------------------------------------- tests
