@@ -4,7 +4,7 @@
 use super::layers::layer_op;
 use crate::error::{Error, Result};
 use crate::learn::{join_path, Init, Model, StepCtx};
-use crate::prims::embedding;
+use crate::prims::embedding::lookup_named;
 use crate::tensor::Tensor;
 
 /// Token indices in, table rows out: `y = T[idx]`, `(*indices.shape, D)`
@@ -18,8 +18,8 @@ use crate::tensor::Tensor;
 /// one-hot encodes them for the primitive (see
 /// [`prims::embedding`](crate::prims::embedding)). An index that is not an
 /// integer in `[0, num_embeddings)` is an error naming the layer and the
-/// value: when the input is concrete, at the encoding; inside a compiled
-/// step, when `etp_emb` evaluates the encoded row.
+/// value: at once when the input is concrete, when the step runs inside a
+/// compiled learner (which then changes nothing).
 ///
 /// Parameters as braintrace's `nn.Embedding`: the bare array
 /// `<path>/weight` `(num_embeddings, features)`, drawn by braintools'
@@ -91,7 +91,7 @@ impl Model for Embedding {
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let op = layer_op("Embedding", &self.path);
         let table = ctx.param(&self.weight_key())?;
-        embedding(x, &table, None).map_err(|e| Error::etp_wrap(&op, "step", e))
+        lookup_named(&op, x, &table, None)
     }
 }
 

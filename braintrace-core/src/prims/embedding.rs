@@ -25,7 +25,10 @@ use super::common::{trace_dtype, with_state, xt_h};
 use super::dense::{spread_over_outputs, y_trace};
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, TensorMap};
+use crate::graph::{bind1, Primitive};
 use crate::tensor::{Aval, DType, Tensor};
+use std::any::Any;
+use std::sync::Arc;
 use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
 // ---------------------------------------------------------------- impl
@@ -183,14 +186,83 @@ emb_rules!(emb_rules_v, etp_emb_v);
 
 // ---------------------------------------------------------------- encoding
 
-/// The one-hot rows `(*indices.shape, V)` of `indices` in `dtype`. A
-/// concrete `indices` (integer, or float holding integral values: a
-/// learner's input) is checked: each entry must be an integer in `[0, V)`,
-/// else an error naming `op`, the entry and `V`. A symbolic one (inside a
-/// traced step, e.g. a compiled learner's) is checked when the step runs:
-/// the step fails with an index error naming the index (−1 for a
-/// non-integer or NaN) and `V`, before any state changes. This is the `x` the embedding
-/// primitives take (braintrace's `pp_x_repr` of the indices).
+/// Each index must be an integer in `[0, size)`: an error naming `op`, the
+/// entry, the value and `size` otherwise.
+fn check_index_values(op: &str, indices: &Tensor, size: usize) -> Result<()> {
+    let vals = indices.to_vec_f64()?;
+    if let Some((i, bad)) = vals
+        .iter()
+        .enumerate()
+        .find(|(_, &v)| !(v >= 0.0 && v < size as f64 && v.fract() == 0.0))
+    {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "index {bad} (entry {i}) is not an integer in [0, {size}) (num_embeddings = {size})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The identity on float indices that checks their values when evaluated
+/// ([`check_index_values`]): how indices inside a traced step (a compiled
+/// learner's) are checked when the step runs. Not differentiated.
+#[derive(Clone, Debug)]
+struct CheckIndices {
+    op: String,
+    size: usize,
+}
+
+impl Primitive for CheckIndices {
+    fn name(&self) -> String {
+        "check_indices".into()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![
+            ("op".into(), self.op.clone()),
+            ("size".into(), self.size.to_string()),
+        ]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        match inputs {
+            [a] => Ok(vec![a.clone()]),
+            _ => Err(Error::arity("check_indices", 1, inputs.len())),
+        }
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.abstract_eval(&[inputs[0].aval()])?;
+        check_index_values(&self.op, &inputs[0], self.size)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        _t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        Ok((vec![bind1(Arc::new(self.clone()), p)?], vec![None]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        Ok((vec![bind1(Arc::new(self.clone()), args)?], vec![batched[0]]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The one-hot rows `(*indices.shape, V)` of `indices` in `dtype`: the `x`
+/// the embedding primitives take (braintrace's `pp_x_repr` of the
+/// indices). `indices` is an integer tensor or a float one holding
+/// integers (a learner's input), a scalar or a vector `(B,)`. Each entry
+/// must be an integer in `[0, V)`, else an error naming `op`, the entry, the
+/// value and `V`: at once for a concrete `indices`, when the step runs for
+/// a symbolic one (inside a traced step, e.g. a compiled learner's; the
+/// step then fails before any state changes).
 ///
 /// ```
 /// use braintrace_core::{prims::embedding::one_hot_indices, Tensor, DType};
@@ -211,19 +283,7 @@ pub fn one_hot_indices(
             "the indices must be a scalar or a vector (batch,): fold other axes into the batch",
         ));
     }
-    if !indices.is_symbolic() {
-        let vals = indices.to_vec_f64()?;
-        if let Some((i, bad)) = vals.iter().enumerate().find(|(_, &v)| {
-            !(v >= 0.0 && v < num_embeddings as f64 && v.fract() == 0.0)
-        }) {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "index {bad} (entry {i}) is not an integer in [0, {num_embeddings}) (num_embeddings = {num_embeddings})"
-                ),
-            ));
-        }
-    } else if !indices.dtype().is_float() && indices.dtype() != DType::I64 {
+    if !indices.dtype().is_float() && indices.dtype() != DType::I64 {
         return Err(Error::dtype_with(
             op,
             "indices",
@@ -232,20 +292,46 @@ pub fn one_hot_indices(
             "integer token indices (or floats holding integers)",
         ));
     }
-    let ids: Vec<f64> = (0..num_embeddings).map(|c| c as f64).collect();
-    let ids = Tensor::from_vec(ids, &[num_embeddings])?;
     let x = indices.cast(DType::F64)?;
-    let x = if indices.is_symbolic() {
-        // Checked when the step runs: a bounds-checked `take` of the ids
-        // (the identity on valid indices) fails with the index and `V` for
-        // one out of range; a non-integer or NaN index is sent to -1 first.
-        let integral = x.cast(DType::I64)?.cast(DType::F64)?.eq_elem(&x)?;
-        let idx = crate::ops::where_(&integral, &x, &x.scalar_like(-1.0))?.cast(DType::I64)?;
-        ids.take(&idx, 0)?
+    let x = if x.is_symbolic() {
+        bind1(
+            Arc::new(CheckIndices {
+                op: op.to_string(),
+                size: num_embeddings,
+            }),
+            &[x],
+        )?
     } else {
+        check_index_values(op, &x, num_embeddings)?;
         x
     };
+    let ids: Vec<f64> = (0..num_embeddings).map(|c| c as f64).collect();
+    let ids = Tensor::from_vec(ids, &[num_embeddings])?;
     x.expand_dims(indices.ndim())?.eq_elem(&ids)?.cast(dtype)
+}
+
+/// The rows `weight_fn(table)[indices]` through `etp_emb` (indices `(B,)`)
+/// or `etp_emb_v` (a scalar), errors naming `op` (see
+/// [`one_hot_indices`]).
+pub fn lookup_named(
+    op: &str,
+    indices: &Tensor,
+    table: &Tensor,
+    weight_fn: Option<ElemFn>,
+) -> Result<Tensor> {
+    if table.ndim() != 2 {
+        return Err(Error::shapes(
+            op,
+            [table.shape()],
+            "the table must be (num_embeddings, features)",
+        ));
+    }
+    let x = one_hot_indices(op, indices, table.shape()[0], table.dtype())?;
+    if indices.ndim() == 1 {
+        etp_emb(&x, table, weight_fn)
+    } else {
+        etp_emb_v(&x, table, weight_fn)
+    }
 }
 
 // ---------------------------------------------------------------- tests

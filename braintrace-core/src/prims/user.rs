@@ -4,7 +4,6 @@
 use super::conv::etp_conv;
 use super::dense::{etp_mm, etp_mv};
 use super::elemwise::etp_elemwise;
-use super::embedding::{etp_emb, etp_emb_v};
 use super::grouped::{etp_gmm, etp_gmv};
 use super::lora::{etp_lora_mm, etp_lora_mv};
 use super::sparse::{etp_sp_mm, etp_sp_mv, CsrStructure};
@@ -243,17 +242,5 @@ pub fn grouped_matmul(
 /// # Ok::<(), braintrace_core::Error>(())
 /// ```
 pub fn embedding(indices: &Tensor, table: &Tensor, weight_fn: Option<ElemFn>) -> Result<Tensor> {
-    if table.ndim() != 2 {
-        return Err(Error::shapes(
-            "embedding",
-            [table.shape()],
-            "the table must be (num_embeddings, features)",
-        ));
-    }
-    let x = super::embedding::one_hot_indices("embedding", indices, table.shape()[0], table.dtype())?;
-    if indices.ndim() == 1 {
-        etp_emb(&x, table, weight_fn)
-    } else {
-        etp_emb_v(&x, table, weight_fn)
-    }
+    super::embedding::lookup_named("embedding", indices, table, weight_fn)
 }
