@@ -54,7 +54,8 @@ fn load(name: &str) -> Value {
 }
 
 fn obj<'a>(v: &'a Value, what: &str) -> R<&'a Map<String, Value>> {
-    v.as_object().ok_or_else(|| format!("{what}: not an object"))
+    v.as_object()
+        .ok_or_else(|| format!("{what}: not an object"))
 }
 
 fn get<'a>(o: &'a Map<String, Value>, k: &str) -> R<&'a Value> {
@@ -179,14 +180,13 @@ impl Prim {
             .collect()
     }
     fn wvec(&self) -> Vec<Tensor> {
-        self.order.iter().map(|k| self.weights[*k].clone()).collect()
-    }
-    fn to_map(&self, v: Vec<Tensor>) -> TensorMap {
         self.order
             .iter()
-            .map(|k| k.to_string())
-            .zip(v)
+            .map(|k| self.weights[*k].clone())
             .collect()
+    }
+    fn to_map(&self, v: Vec<Tensor>) -> TensorMap {
+        self.order.iter().map(|k| k.to_string()).zip(v).collect()
     }
     fn bind(&self, ws: &[Tensor]) -> braintrace::Result<Tensor> {
         self.p.bind(&self.args(ws), &self.params)
@@ -215,7 +215,12 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
     let tv: Vec<Tensor> = pc.order.iter().map(|k| tang[*k].clone()).collect();
     let f = |w: &[Tensor]| Ok(vec![pc.bind(w)?]);
     let (_, ydot) = jvp(f, &ws, &tv).map_err(e)?;
-    close("jvp", &ydot[0], &array(get(jv, "y_dot")?, "y_dot")?, &mut fails);
+    close(
+        "jvp",
+        &ydot[0],
+        &array(get(jv, "y_dot")?, "y_dot")?,
+        &mut fails,
+    );
     let vj = obj(get(o, "vjp")?, "vjp")?;
     let ct = array(get(vj, "cotangent")?, "cotangent")?;
     let (_, pb) = vjp(f, &ws).map_err(e)?;
@@ -255,9 +260,8 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
 
     // braintrace's rules.
     let dt = obj(get(o, "dt_to_t")?, "dt_to_t")?;
-    let got = pc
-        .p
-        .yw_to_w(
+    let got =
+        pc.p.yw_to_w(
             &array(get(dt, "hidden")?, "hidden")?,
             &tree(get(dt, "trace")?, "trace")?,
             &pc.params,
@@ -265,9 +269,8 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
         .map_err(e)?;
     close_map("dt_to_t", &got, &tree(get(dt, "out")?, "out")?, &mut fails);
     let xy = obj(get(o, "xy_to_dw")?, "xy_to_dw")?;
-    let got = pc
-        .p
-        .xy_to_dw(
+    let got =
+        pc.p.xy_to_dw(
             Some(&pc.x),
             &array(get(xy, "hidden")?, "hidden")?,
             &pc.weights,
@@ -277,9 +280,8 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
     close_map("xy_to_dw", &got, &tree(get(xy, "out")?, "out")?, &mut fails);
     if let Some(s) = o.get("xy_to_dw_sample") {
         let s = obj(s, "xy_to_dw_sample")?;
-        let got = pc
-            .p
-            .xy_to_dw(
+        let got =
+            pc.p.xy_to_dw(
                 Some(&pc.x.index_axis0(0).map_err(e)?),
                 &array(get(s, "hidden")?, "hidden")?,
                 &pc.weights,
@@ -295,9 +297,8 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
     }
     if let Some(s) = o.get("xy_to_dw_float_x") {
         let s = obj(s, "xy_to_dw_float_x")?;
-        let got = pc
-            .p
-            .xy_to_dw(
+        let got =
+            pc.p.xy_to_dw(
                 Some(&array(get(s, "x")?, "x")?),
                 &array(get(s, "hidden")?, "hidden")?,
                 &pc.weights,
@@ -314,11 +315,14 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
     if let Some(r) = o.get("pp_x_repr") {
         close("pp_x_repr", &pc.x, &array(r, "pp_x_repr")?, &mut fails);
     }
-    let wav: AvalMap = pc.weights.iter().map(|(k, t)| (k.clone(), t.aval())).collect();
-    let init = pc
-        .p
-        .init_drtrl(Some(&pc.x.aval()), &y.aval(), &wav, 2, &pc.params)
-        .map_err(e)?;
+    let wav: AvalMap = pc
+        .weights
+        .iter()
+        .map(|(k, t)| (k.clone(), t.aval()))
+        .collect();
+    let init =
+        pc.p.init_drtrl(Some(&pc.x.aval()), &y.aval(), &wav, 2, &pc.params)
+            .map_err(e)?;
     let got: BTreeMap<String, Vec<usize>> = init
         .iter()
         .map(|(k, t)| (k.clone(), t.shape().to_vec()))
@@ -328,10 +332,9 @@ fn check_prim(name: &str, v: &Value, tamper: impl Fn(&mut Prim)) -> R<Vec<String
     if got != want {
         fails.push(format!("init_drtrl shapes {got:?}, expected {want:?}"));
     }
-    let pp = pc
-        .p
-        .init_pp(Some(&pc.x.aval()), &y.aval(), &wav, 2, &pc.params)
-        .map_err(e)?;
+    let pp =
+        pc.p.init_pp(Some(&pc.x.aval()), &y.aval(), &wav, 2, &pc.params)
+            .map_err(e)?;
     let want: Vec<usize> =
         serde_json::from_value(get(o, "init_pp_shape")?.clone()).map_err(|e| e.to_string())?;
     if pp.shape() != want.as_slice() {
@@ -413,17 +416,18 @@ fn golden_gprims_e2e() {
         );
     }
     let failures = learn_support::e2e::check_files(&dir(), &names, &Default::default());
-    assert!(failures.is_empty(), "golden gprims:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden gprims:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// The e2e check can fail: one weight entry moved by 1e-6 changes the
 /// recorded gradients and losses beyond 1e-9.
 #[test]
 fn golden_gprims_e2e_can_fail() {
-    for name in [
-        "e2e__gp_grouped__d_rtrl.json",
-        "e2e__gp_emb__pp_prop.json",
-    ] {
+    for name in ["e2e__gp_grouped__d_rtrl.json", "e2e__gp_emb__pp_prop.json"] {
         let mut v = load(name);
         let data = &mut v["weights"]["rec/weight/weight"]["data"];
         let mut first = &mut *data;
@@ -432,7 +436,10 @@ fn golden_gprims_e2e_can_fail() {
         }
         *first = Value::from(first.as_f64().unwrap() + 1e-6);
         let f = learn_support::e2e::check_e2e(name, &v);
-        assert!(f.iter().any(|f| f.contains("etrace.grads")), "{name}: {f:?}");
+        assert!(
+            f.iter().any(|f| f.contains("etrace.grads")),
+            "{name}: {f:?}"
+        );
     }
 }
 
@@ -463,7 +470,9 @@ fn embedding_learner_refuses_bad_tokens() {
                 .to_string();
             println!("token {bad}: {e}");
             assert!(
-                e.contains("Embedding `emb`") && e.contains(&format!("index {bad}")) && e.contains("[0, 5)"),
+                e.contains("Embedding `emb`")
+                    && e.contains(&format!("index {bad}"))
+                    && e.contains("[0, 5)"),
                 "{e}"
             );
             assert_eq!(l.running_index(), n);
@@ -486,11 +495,20 @@ fn layer_sizes_are_checked() {
     let e = GroupedLinear::from_features("rec", 3, 6, 8)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("GroupedLinear `rec`") && e.contains("total_out = 8"), "{e}");
+    assert!(
+        e.contains("GroupedLinear `rec`") && e.contains("total_out = 8"),
+        "{e}"
+    );
     let e = GroupedLinear::new("rec", 2, 0, 3).unwrap_err().to_string();
-    assert!(e.contains("GroupedLinear `rec`") && e.contains("in_features"), "{e}");
+    assert!(
+        e.contains("GroupedLinear `rec`") && e.contains("in_features"),
+        "{e}"
+    );
     let e = Embedding::new("emb", 0, 3).unwrap_err().to_string();
-    assert!(e.contains("Embedding `emb`") && e.contains("num_embeddings"), "{e}");
+    assert!(
+        e.contains("Embedding `emb`") && e.contains("num_embeddings"),
+        "{e}"
+    );
     let e = braintrace::prims::embedding(
         &Tensor::from_vec(vec![7.0], &[1]).unwrap(),
         &Tensor::zeros(&[4, 2], DType::F64),

@@ -106,8 +106,20 @@ pub fn check(
 ) -> std::result::Result<(), String> {
     let e = |e: braintrace::Error| e.to_string();
     match model {
-        "gp_grouped" => check_model(GroupedNet::new(n_in, n_rec, n_out).map_err(e)?, o, algo, b, fails),
-        "gp_emb" => check_model(EmbNet::new(n_in, n_rec, n_out).map_err(e)?, o, algo, b, fails),
+        "gp_grouped" => check_model(
+            GroupedNet::new(n_in, n_rec, n_out).map_err(e)?,
+            o,
+            algo,
+            b,
+            fails,
+        ),
+        "gp_emb" => check_model(
+            EmbNet::new(n_in, n_rec, n_out).map_err(e)?,
+            o,
+            algo,
+            b,
+            fails,
+        ),
         other => Err(format!("unknown gprims model `{other}`")),
     }
 }

@@ -104,7 +104,10 @@ mod tests {
     #[test]
     fn sizes_keys_and_lookup() {
         let e = Embedding::new("emb", 0, 3).unwrap_err().to_string();
-        assert!(e.contains("Embedding `emb`") && e.contains("num_embeddings"), "{e}");
+        assert!(
+            e.contains("Embedding `emb`") && e.contains("num_embeddings"),
+            "{e}"
+        );
         assert!(Embedding::new("emb", 3, 0).is_err());
         let l = Embedding::new("emb", 5, 3).unwrap();
         let s = ModelState::new(&l, DType::F64, 7, None).unwrap();
@@ -115,7 +118,10 @@ mod tests {
         let (y, _) = s.step(&l, &Tensor::scalar(4.0)).unwrap();
         assert_eq!(y.to_vec_f64().unwrap(), t.to_vec_f64().unwrap()[12..15]);
         let e = s.step(&l, &Tensor::scalar(5.0)).unwrap_err().to_string();
-        assert!(e.contains("Embedding `emb`") && e.contains("index 5"), "{e}");
+        assert!(
+            e.contains("Embedding `emb`") && e.contains("index 5"),
+            "{e}"
+        );
         let e = s.step(&l, &Tensor::scalar(1.5)).unwrap_err().to_string();
         assert!(e.contains("index 1.5"), "{e}");
     }

@@ -207,7 +207,10 @@ mod tests {
     #[test]
     fn sizes_are_checked() {
         let e = GroupedLinear::new("gl", 0, 2, 2).unwrap_err().to_string();
-        assert!(e.contains("GroupedLinear `gl`") && e.contains("num_groups"), "{e}");
+        assert!(
+            e.contains("GroupedLinear `gl`") && e.contains("num_groups"),
+            "{e}"
+        );
         let e = GroupedLinear::new("gl", 2, 2, 0).unwrap_err().to_string();
         assert!(e.contains("out_features"), "{e}");
         let e = GroupedLinear::from_features("gl", 3, 6, 7)

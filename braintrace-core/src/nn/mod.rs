@@ -13,6 +13,8 @@
 //! step. Composite models call their layers' `step` in turn.
 
 pub mod checkpoint;
+mod embedding;
+mod grouped;
 pub mod init;
 pub mod io;
 mod layers;
@@ -21,10 +23,10 @@ pub mod optim;
 pub mod rnn;
 pub mod snn;
 mod spiking;
-mod embedding;
-mod grouped;
 
 pub use checkpoint::Checkpoint;
+pub use embedding::Embedding;
+pub use grouped::GroupedLinear;
 pub use init::{Initializer, Rng};
 pub use layers::{Chain, ElementWiseParam, GruCell, LeakyRateReadout, Linear};
 pub use optim::{clip_grad_norm, Adam, OptimState, Optimizer, Sgd};
@@ -36,5 +38,3 @@ pub use snn::{
     Alif, Alpha, BitwiseOp, DualExpon, Expon, If, Lif, SpikeBitwise, SpikeReset, Std, Stp,
 };
 pub use spiking::{ExpSynapse, LifCell};
-pub use embedding::Embedding;
-pub use grouped::GroupedLinear;

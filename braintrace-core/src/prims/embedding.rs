@@ -27,9 +27,9 @@ use crate::error::{Error, Result};
 use crate::etp::{apply_fn, times_derivative, AvalMap, ElemFn, TensorMap};
 use crate::graph::{bind1, Primitive};
 use crate::tensor::{Aval, DType, Tensor};
+use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 use std::any::Any;
 use std::sync::Arc;
-use braintrace_macros::{etp_primitive, init_drtrl, init_pp, xy_to_dw, yw_to_w};
 
 // ---------------------------------------------------------------- impl
 
@@ -364,7 +364,10 @@ mod tests {
         assert_eq!(y1.to_vec_f64().unwrap(), tv[6..9].to_vec());
         // Not one-hot: refused, naming the op.
         let e = etp_emb(&test_tensor(&[2, 5], 1), &t, None).unwrap_err();
-        assert!(e.to_string().contains("etp_emb") && e.to_string().contains("one-hot"), "{e}");
+        assert!(
+            e.to_string().contains("etp_emb") && e.to_string().contains("one-hot"),
+            "{e}"
+        );
         let e = etp_emb(&onehot(&[1], 4), &t, None).unwrap_err();
         assert!(e.to_string().contains("etp_emb"), "{e}");
     }
@@ -378,7 +381,10 @@ mod tests {
         let args = [onehot(&[1, 3, 1], 4), test_tensor(&[4, 3], 2)];
         let r = check_rules(&etp_emb::primitive(), &args, &p).unwrap();
         assert!(r.is_ok(), "{r}");
-        let args = [onehot(&[2], 4).reshape(&[4]).unwrap(), test_tensor(&[4, 3], 2)];
+        let args = [
+            onehot(&[2], 4).reshape(&[4]).unwrap(),
+            test_tensor(&[4, 3], 2),
+        ];
         let r = check_rules(&etp_emb_v::primitive(), &args, &p).unwrap();
         assert!(r.is_ok(), "{r}");
     }

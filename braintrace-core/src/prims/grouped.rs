@@ -44,9 +44,7 @@ fn grouped_product(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         x.expand_dims(1)?.matmul(w)?.squeeze(&[1])
     } else {
         // (G, B, K) @ (G, K, N) -> (G, B, N) -> (B, G, N)
-        x.transpose(&[1, 0, 2])?
-            .matmul(w)?
-            .transpose(&[1, 0, 2])
+        x.transpose(&[1, 0, 2])?.matmul(w)?.transpose(&[1, 0, 2])
     }
 }
 
