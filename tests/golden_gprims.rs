@@ -456,6 +456,9 @@ fn embedding_learner_refuses_bad_tokens() {
         let state = ModelState::new(&net, DType::F64, 0, Some(2)).unwrap();
         let x0 = Tensor::zeros(&[2], DType::F64);
         let mut l = compile(net, state, algo, &x0, Some(2)).unwrap();
+        // The embedding declares the dense trace kernel: both relations fused.
+        let ex = l.explain();
+        assert!(ex.contains(": 2 of 2 relation-group pairs"), "{ex}");
         l.update(&Tensor::from_vec(vec![1.0, 4.0], &[2]).unwrap())
             .unwrap();
         let (h, tr, n) = (

@@ -17,6 +17,10 @@
 //! a `(B, V)` input and a `(B, V, D, S)` D-RTRL trace (braintrace's trace
 //! has the same shape); pp_prop's trace `(B, D, S)` does not grow with `V`.
 //!
+//! Both declare the dense trace kernel (`trace_kernel = dense(..)`: the
+//! structure is a product `x @ f(T)` without bias), so the learners' fused
+//! D-RTRL and pp_prop paths serve them.
+//!
 //! Rules: `yw_to_w` spreads `h` over the vocabulary axis
 //! (`trace[..., v, d] *= h[..., d]`); `xy_to_dw` is `(xᵀ h) ⊙ f'(T)`;
 //! `init_drtrl` `{weight (B?, V, D, S)}`; `init_pp` `(*y.shape, S)`.
@@ -99,13 +103,13 @@ fn lookup(op: &str, batched: bool, x: &Tensor, w: &Tensor, wf: &Option<ElemFn>) 
 
 /// `y = weight_fn(T)[idx]` for a batch: `x (B, V)` one-hot rows, `T (V, D)`,
 /// `y (B, D)`.
-#[etp_primitive(name = "etp_emb", crate = "crate", batched, x = x, weight = [weight])]
+#[etp_primitive(name = "etp_emb", crate = "crate", batched, x = x, weight = [weight], trace_kernel = dense(weight_fn = weight_fn))]
 pub fn etp_emb(x: &Tensor, weight: &Tensor, #[param] weight_fn: Option<ElemFn>) -> Result<Tensor> {
     lookup("etp_emb", true, x, weight, &weight_fn)
 }
 
 /// `y = weight_fn(T)[idx]` for one sample: `x (V,)` one-hot, `y (D,)`.
-#[etp_primitive(name = "etp_emb_v", crate = "crate", counterpart = etp_emb, x = x, weight = [weight])]
+#[etp_primitive(name = "etp_emb_v", crate = "crate", counterpart = etp_emb, x = x, weight = [weight], trace_kernel = dense(weight_fn = weight_fn))]
 pub fn etp_emb_v(
     x: &Tensor,
     weight: &Tensor,
