@@ -521,3 +521,43 @@ fn layer_sizes_are_checked() {
     .to_string();
     assert!(e.contains("index 7") && e.contains("[0, 4)"), "{e}");
 }
+
+/// The embedding's declared dense kernel (fused D-RTRL and pp_prop paths)
+/// gives the rule path's gradients: each `gp_emb` golden case's data run
+/// with fast paths off and on, to 1e-12.
+#[test]
+fn embedding_fused_paths_equal_the_rule_path() {
+    use braintrace::learn::{compile, Algorithm, DRtrl, ModelState, PpProp, Reduction};
+    use learn_support::gprims::EmbNet;
+    let v = load("e2e__gp_emb__d_rtrl.json");
+    let w: TensorMap = tree(&v["weights"], "weights").unwrap();
+    let xs = array(&v["xs"], "xs").unwrap();
+    let ys = array(&v["ys"], "ys").unwrap();
+    type Make = fn(bool) -> Algorithm;
+    let algos: [Make; 2] = [
+        |f| DRtrl::default().fast_paths(f).into(),
+        |f| PpProp::new(0.9).unwrap().fast_paths(f).into(),
+    ];
+    for make in algos {
+        let run = |fast: bool| {
+            let net = EmbNet::new(5, 3, 2).unwrap();
+            let mut state = ModelState::new(&net, DType::F64, 0, Some(2)).unwrap();
+            state.set_params(&w).unwrap();
+            let x0 = xs.index_axis0(0).unwrap();
+            let mut l = compile(net, state, make(fast), &x0, Some(2)).unwrap();
+            let want = if fast { "2 of 2" } else { "0 of 2" };
+            assert!(l.explain().contains(want), "{}", l.explain());
+            l.etrace_grad(&xs, &ys, learn_support::mse, Reduction::Mean)
+                .unwrap()
+                .grads
+        };
+        let (slow, fast) = (run(false), run(true));
+        for (k, a) in &slow {
+            let (a, b) = (a.to_vec_f64().unwrap(), fast[k].to_vec_f64().unwrap());
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x - y).abs() <= 1e-12 * (1.0 + x.abs()), "{k}: {x} vs {y}");
+            }
+        }
+        assert!(slow["emb/weight"].to_vec_f64().unwrap().iter().any(|&g| g != 0.0));
+    }
+}
