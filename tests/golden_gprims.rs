@@ -558,6 +558,10 @@ fn embedding_fused_paths_equal_the_rule_path() {
                 assert!((x - y).abs() <= 1e-12 * (1.0 + x.abs()), "{k}: {x} vs {y}");
             }
         }
-        assert!(slow["emb/weight"].to_vec_f64().unwrap().iter().any(|&g| g != 0.0));
+        assert!(slow["emb/weight"]
+            .to_vec_f64()
+            .unwrap()
+            .iter()
+            .any(|&g| g != 0.0));
     }
 }
