@@ -388,6 +388,7 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
         "lif" => &["beta", "gamma", "v_th", "tau_out", "dt", "readout_decay"],
         m if super::zoo::is_zoo(m) => &[],
         m if super::wlayers::is_wlayers(m) => &[],
+        m if super::gprims::is_gprims(m) => &[],
         other => return Err(format!("unknown model `{other}`")),
     };
     known(hp, "hyperparams", hp_keys, fails);
@@ -418,6 +419,9 @@ fn run(file: &str, v: &Value, algos: &Algorithms<'_>, fails: &mut Vec<String>) -
         "diag" => check_model(DiagNet::new(n_in, n_rec), o, algo, b, fails),
         m if super::wlayers::is_wlayers(m) => {
             super::wlayers::check(m, (n_in, n_rec, n_out), o, algo, b, fails)
+        }
+        m if super::gprims::is_gprims(m) => {
+            super::gprims::check(m, (n_in, n_rec, n_out), o, algo, b, fails)
         }
         m => super::zoo::check(m, (n_in, n_rec, n_out), o, algo, b, fails),
     }

@@ -5,6 +5,7 @@
 
 pub mod driver_golden;
 pub mod e2e;
+pub mod gprims;
 pub mod models;
 pub mod snn_models;
 pub mod wlayers;

@@ -13,6 +13,8 @@
 //! step. Composite models call their layers' `step` in turn.
 
 pub mod checkpoint;
+mod embedding;
+mod grouped;
 pub mod init;
 pub mod io;
 pub mod io_braintrace;
@@ -24,6 +26,8 @@ pub mod snn;
 mod spiking;
 
 pub use checkpoint::Checkpoint;
+pub use embedding::Embedding;
+pub use grouped::GroupedLinear;
 pub use init::{Initializer, Rng};
 pub use layers::{Chain, ElementWiseParam, GruCell, LeakyRateReadout, Linear};
 pub use optim::{clip_grad_norm, Adam, OptimState, Optimizer, Sgd};

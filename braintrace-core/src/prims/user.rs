@@ -4,6 +4,7 @@
 use super::conv::etp_conv;
 use super::dense::{etp_mm, etp_mv};
 use super::elemwise::etp_elemwise;
+use super::grouped::{etp_gmm, etp_gmv};
 use super::lora::{etp_lora_mm, etp_lora_mv};
 use super::sparse::{etp_sp_mm, etp_sp_mv, CsrStructure};
 use crate::error::{Error, Result};
@@ -196,4 +197,50 @@ pub fn conv(
         p.kernel_fn,
         p.bias_fn,
     )
+}
+
+/// Grouped (block-diagonal) `y[..., g, :] = x[..., g, :] @ f(W)[g] (+ g(b)[g])`
+/// through `etp_gmv` (x `(G, K)`) or `etp_gmm` (x `(B, G, K)`); `W (G, K, N)`,
+/// `b (G, N)`: braintrace's `grouped_matmul`.
+///
+/// ```
+/// use braintrace_core::{prims::{grouped_matmul, Transforms}, Tensor, DType};
+/// let x = Tensor::ones(&[5, 2, 3], DType::F64); // (batch, groups, in)
+/// let w = Tensor::ones(&[2, 3, 4], DType::F64); // (groups, in, out)
+/// let y = grouped_matmul(&x, &w, None, &Transforms::default())?;
+/// assert_eq!(y.shape(), &[5, 2, 4]);
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+pub fn grouped_matmul(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    t: &Transforms,
+) -> Result<Tensor> {
+    let (wf, bf) = (t.weight_fn.clone(), t.bias_fn.clone());
+    if batched("grouped_matmul", x, 2)? {
+        etp_gmm(x, weight, bias, bias.is_some(), wf, bf)
+    } else {
+        etp_gmv(x, weight, bias, bias.is_some(), wf, bf)
+    }
+}
+
+/// The rows `weight_fn(table)[indices]`, `(*indices.shape, D)`, through
+/// `etp_emb` (indices `(B,)`) or `etp_emb_v` (a scalar index): braintrace's
+/// `embedding`. `indices` is an integer tensor or a float one holding
+/// integers (a learner casts its inputs to the model's float dtype); a
+/// concrete index outside `[0, V)` is an error naming it. The primitive
+/// receives the indices one-hot encoded (see the `prims::embedding` module).
+///
+/// ```
+/// use braintrace_core::{prims::embedding, Tensor};
+/// let table = Tensor::from_vec((0..12).map(f64::from).collect(), &[4, 3])?;
+/// let tokens = Tensor::from_vec_typed(vec![0i64, 2], &[2])?;
+/// let y = embedding(&tokens, &table, None)?;
+/// assert_eq!(y.to_vec_f64()?, vec![0., 1., 2., 6., 7., 8.]);
+/// assert!(embedding(&Tensor::from_vec_typed(vec![4i64], &[1])?, &table, None).is_err());
+/// # Ok::<(), braintrace_core::Error>(())
+/// ```
+pub fn embedding(indices: &Tensor, table: &Tensor, weight_fn: Option<ElemFn>) -> Result<Tensor> {
+    super::embedding::lookup_named("embedding", indices, table, weight_fn)
 }
