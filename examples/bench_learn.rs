@@ -84,8 +84,8 @@ use braintrace::learn::{
     compile, Algorithm, DRtrl, InStepPaths, Init, Model, ModelState, NonTemporal, PpProp,
     RandomProjection, SnAp, StepCtx, Uoro,
 };
-use braintrace::learn::{Learner, Reduction};
 use braintrace::learn::{EProp, OstlFeedforward, OstlRecurrent, ThreeFactor};
+use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
 use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
 use braintrace::ops::{ConvPadding, ConvParams};

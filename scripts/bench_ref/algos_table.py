@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
 """The table of scripts/bench_ref/algos_side_by_side.sh from its output
 directory (rs.jsonl, ref.jsonl, notes.txt, meta.txt); it also reads a
-partial run. Standard library only.
+partial run. Several directories (runs of parts of the grid, e.g. with
+ALGOS/NRECS and SIDE) are merged, later ones winning. Standard library
+only.
 
-    python3 scripts/bench_ref/algos_table.py target/algos_side_by_side
+    python3 scripts/bench_ref/algos_table.py target/algos_side_by_side [MORE_DIRS..]
 """
 import json, sys
-out = sys.argv[1]
+import os
+dirs = sys.argv[1:]
+out = dirs[0]
 def load(name):
     rows = {}
-    for line in open(f"{out}/{name}.jsonl"):
-        r = json.loads(line)
-        rows[(r["algo"], r["n_rec"])] = r
+    for d in dirs:
+        if not os.path.exists(f"{d}/{name}.jsonl"):
+            continue
+        for line in open(f"{d}/{name}.jsonl"):
+            r = json.loads(line)
+            rows[(r["algo"], r["n_rec"])] = r
     return rows
 rs, ref = load("rs"), load("ref")
-notes = [l.split() for l in open(f"{out}/notes.txt")]
+notes = [l.split() for d in dirs for l in open(f"{d}/notes.txt")]
 loads = {}
 for l in notes:
     if len(l) > 2 and l[2] == "load":
@@ -24,7 +31,7 @@ for l in notes:
         loads[(l[0], int(l[1]))] = now if side == "both" else (
             f"{prev}; {'ours' if side == 'rs' else 'braintrace'} {now}" if prev else
             f"{'ours' if side == 'rs' else 'braintrace'} {now}")
-failed = {(l[0], int(l[1]), l[2].rstrip(":")) for l in notes if len(l) > 2 and l[2] in ("ours:", "braintrace:")}
+failed = {(l[0], int(l[1]), l[2].rstrip(":")): l[-1].strip("()") for l in notes if len(l) > 2 and l[2] in ("ours:", "braintrace:")}
 skipped = {(l[0], int(l[1])) for l in notes if len(l) == 3 and l[2] == "skipped"}
 meta = open(f"{out}/meta.txt").read().split("\n")
 print(f"GRU, batch 16, f32, one core each; CPU ms per step (wall in brackets); peak RSS MiB. {meta[2]}\n")
@@ -39,7 +46,8 @@ def cell(rows, key, side):
     if r is None:
         if key in skipped:
             return "not run"
-        return "did not finish" if (key[0], key[1], side) in failed else "—"
+        f = failed.get((key[0], key[1], side))
+        return f"no result (failed, or not done in {f})" if f else "—"
     return f"{r['cpu_ms_per_step']:.3f} ({r['ms_per_step']:.3f})"
 for n in sorted({k[1] for k in loads} | {k[1] for k in skipped}):
     for a in algos:
