@@ -63,6 +63,14 @@ fi
     uptime
     echo "side ${SIDE}"
 } >>"${OUT}/meta.txt"
+# A note on a run without a result: timed out (`timeout`'s 124) or failed.
+why() {
+    if [[ "$1" == 124 ]]; then
+        echo "$2 not done in ${TIMEOUT}s" >>"${OUT}/notes.txt"
+    else
+        echo "$2 failed (exit $1)" >>"${OUT}/notes.txt"
+    fi
+}
 for n in ${NRECS}; do
     for algo in ${ALGOS}; do
         if [[ " ${SKIP} " == *" ${algo}:${n} "* ]]; then
@@ -78,10 +86,10 @@ for n in ${NRECS}; do
         [[ "${SIDE}" == ref ]] || : >"${OUT}/rs.part"
         [[ "${SIDE}" == rs ]] || : >"${OUT}/ref.part"
         [[ "${SIDE}" == ref ]] || (timeout "${TIMEOUT}" taskset -c "${CPU_RS}" "${RS}" "${args[@]}" --threads 1 \
-            >"${OUT}/rs.part" 2>/dev/null || echo "${algo} ${n} ours: failed or timed out (${TIMEOUT}s)" >>"${OUT}/notes.txt") &
+            >"${OUT}/rs.part" 2>/dev/null || why "$?" "${algo} ${n} ours:") &
         [[ "${SIDE}" == ref ]] || rs_pid=$!
         [[ "${SIDE}" == rs ]] || (timeout "${TIMEOUT}" "${PY}" scripts/bench_ref/bench_learn_ref.py --cpu "${CPU_REF}" "${args[@]}" \
-            >"${OUT}/ref.part" 2>/dev/null || echo "${algo} ${n} braintrace: failed or timed out (${TIMEOUT}s)" >>"${OUT}/notes.txt") &
+            >"${OUT}/ref.part" 2>/dev/null || why "$?" "${algo} ${n} braintrace:") &
         [[ "${SIDE}" == rs ]] || ref_pid=$!
         # shellcheck disable=SC2086
         wait ${rs_pid} ${ref_pid} || true

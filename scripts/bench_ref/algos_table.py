@@ -31,7 +31,9 @@ for l in notes:
         loads[(l[0], int(l[1]))] = now if side == "both" else (
             f"{prev}; {'ours' if side == 'rs' else 'braintrace'} {now}" if prev else
             f"{'ours' if side == 'rs' else 'braintrace'} {now}")
-failed = {(l[0], int(l[1]), l[2].rstrip(":")): l[-1].strip("()") for l in notes if len(l) > 2 and l[2] in ("ours:", "braintrace:")}
+# "<algo> <n> ours:|braintrace: <why>": `not done in Ns`, `failed (exit N)`
+# or, from older runs, `failed or timed out (Ns)`.
+failed = {(l[0], int(l[1]), l[2].rstrip(":")): " ".join(l[3:]) for l in notes if len(l) > 2 and l[2] in ("ours:", "braintrace:")}
 skipped = {(l[0], int(l[1])) for l in notes if len(l) == 3 and l[2] == "skipped"}
 meta = open(f"{out}/meta.txt").read().split("\n")
 print(f"GRU, batch 16, f32, one core each; CPU ms per step (wall in brackets); peak RSS MiB. {meta[2]}\n")
@@ -47,7 +49,7 @@ def cell(rows, key, side):
         if key in skipped:
             return "not run"
         f = failed.get((key[0], key[1], side))
-        return f"no result (failed, or not done in {f})" if f else "—"
+        return f"no result: {f}" if f else "—"
     return f"{r['cpu_ms_per_step']:.3f} ({r['ms_per_step']:.3f})"
 for n in sorted({k[1] for k in loads} | {k[1] for k in skipped}):
     for a in algos:
