@@ -86,6 +86,7 @@ use braintrace::learn::{
     compile, Algorithm, DRtrl, InStepPaths, Init, Model, ModelState, NonTemporal, PpProp,
     RandomProjection, SnAp, StepCtx, Uoro,
 };
+use braintrace::learn::{EProp, OstlFeedforward, OstlRecurrent, ThreeFactor};
 use braintrace::learn::{Learner, Reduction};
 use braintrace::nn::Initializer;
 use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
@@ -853,6 +854,10 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
         Ok("once") => InStepPaths::Once,
         _ => InStepPaths::Twice,
     };
+    let nt = match std::env::var("BENCH_NON_TEMPORAL").as_deref() {
+        Ok("in_step") => NonTemporal::InStep,
+        _ => NonTemporal::Zero,
+    };
     let algo: Algorithm = match cfg.algo.as_str() {
         // braintrace's zeros for parameters without a relation and its
         // learning signal (in-step paths counted twice), neither the
@@ -877,6 +882,13 @@ fn measure<M: Model>(model: M, cfg: &Config, budget_s: f64, runs: usize) -> Resu
             .non_temporal(NonTemporal::Zero)
             .in_step_paths(paths)
             .into(),
+        // braintrace's zeros for parameters without a relation (not the
+        // default) here too: the work the reference measures.
+        // `BENCH_NON_TEMPORAL=in_step` measures the default instead.
+        "eprop" => EProp::default().non_temporal(nt).into(),
+        "three_factor" => ThreeFactor::new(1.0)?.non_temporal(nt).into(),
+        "ostl_recurrent" => OstlRecurrent::default().non_temporal(nt).into(),
+        "ostl_feedforward" => OstlFeedforward::default().non_temporal(nt).into(),
         // Any other name with its defaults (`Algorithm::by_name`).
         other => Algorithm::by_name(other)?,
     };

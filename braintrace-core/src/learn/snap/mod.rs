@@ -14,7 +14,8 @@
 //!   back to all-to-all (a concatenation or a surrogate spike on the
 //!   hidden path: every GRU, LIF and zoo cell).
 //!
-//! The Jacobians come from [`jacobian`]: one JVP per (state, position).
+//! The Jacobians come from [`jacobian`]: one tangent per (state,
+//! position), batched into a few vmapped JVPs.
 
 mod full;
 pub(super) mod jacobian;

@@ -2,7 +2,7 @@
 //! per-position blocks of the transition's full Jacobian instead of the
 //! Jacobian with the recurrent mixing held fixed.
 
-use super::jacobian::{columns, coupled};
+use super::jacobian::coupled;
 use super::SnAp;
 use crate::error::Result;
 use crate::learn::algorithm::{
@@ -44,7 +44,7 @@ impl TraceRule for CoupledRule {
         let mut d = Vec::with_capacity(self.eg.groups().len());
         let mut d_cols = Vec::with_capacity(self.eg.groups().len());
         for (gi, grp) in self.eg.groups().iter().enumerate() {
-            let dg = coupled(grp, &columns(&self.eg, gi, step.inputs)?)?;
+            let dg = coupled(&self.eg, gi, step.inputs, self.eg.batch())?;
             // d_cols[b][a] = D[.., a, b].
             let s = grp.num_state();
             let mut cols = Vec::with_capacity(s);
