@@ -12,7 +12,9 @@ use crate::driver::{self, GradArgs, Loss};
 use crate::error::{to_py, IntoPyResult};
 use crate::model::{model_in, AnyModel};
 use crate::tensor::dtype_from;
-use braintrace_core::learn::{compile as compile_rs, step_values, Learner, ModelState, Reduction};
+use braintrace_core::learn::{
+    compile as compile_rs, step_values, Learner, ModelState, NonFinite, Reduction,
+};
 use braintrace_core::nn::io;
 use braintrace_core::{Jit, Result, Tensor};
 use pyo3::prelude::*;
@@ -212,6 +214,41 @@ impl PyLearner {
     #[getter]
     fn running_index(&self) -> usize {
         self.inner.running_index()
+    }
+
+    /// What a NaN or an infinity in an input or written by a step does:
+    /// `"error"` (the default: a `ValueError` naming it, the learner
+    /// unchanged), `"skip"` (the step is dropped and counted in
+    /// `skipped`) or `"allow"` (no check, as braintrace).
+    #[getter]
+    fn non_finite(&self) -> &'static str {
+        match self.inner.non_finite() {
+            NonFinite::Error => "error",
+            NonFinite::Skip => "skip",
+            NonFinite::Allow => "allow",
+        }
+    }
+
+    #[setter]
+    fn set_non_finite(&mut self, policy: &str) -> PyResult<()> {
+        let p = match policy {
+            "error" => NonFinite::Error,
+            "skip" => NonFinite::Skip,
+            "allow" => NonFinite::Allow,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "`non_finite`: expected \"error\", \"skip\" or \"allow\", got {other:?}"
+                )))
+            }
+        };
+        self.inner.set_non_finite(p);
+        Ok(())
+    }
+
+    /// Steps the `"skip"` policy has dropped since compile.
+    #[getter]
+    fn skipped(&self) -> usize {
+        self.inner.skipped()
     }
 
     /// The compiled batch size (None when unbatched).
