@@ -29,12 +29,24 @@ macro_rules! algorithm_methods {
     };
 }
 
-/// Builder methods setting the fields `vjp_method`, `non_temporal` and
-/// `fast_paths`, whichever are listed.
+/// Builder methods that set the field of their name and return `self`
+/// (the shared options: `vjp_method`, `non_temporal`, `in_step_paths`,
+/// `fast_paths`, `trace_dtype`, whichever are listed). Each entry is
+/// `field: Type, "one-line doc";` or, for a longer doc with examples,
+/// doc comments (`/// ...`) followed by `field: Type;`.
 macro_rules! option_builders {
     ($($field:ident: $ty:ty, $doc:literal;)*) => {
         $(
             #[doc = $doc]
+            pub fn $field(mut self, v: $ty) -> Self {
+                self.$field = v;
+                self
+            }
+        )*
+    };
+    ($($(#[$meta:meta])+ $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$meta])+
             pub fn $field(mut self, v: $ty) -> Self {
                 self.$field = v;
                 self
