@@ -66,14 +66,7 @@ pub fn main<M: Model>(
     };
     let cfg = cli.common.resolve(&defaults);
     let task = task();
-    match build(&cfg, &task).and_then(|model| run(ex, model, &cfg, &task)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit_code(build(&cfg, &task).and_then(|model| run(ex, model, &cfg, &task)))
 }
 
 fn run<M: Model>(
@@ -92,15 +85,10 @@ fn run<M: Model>(
         ex.cell,
         cfg.algo.label()
     );
-    let mut learner = support::make_learner(model, cfg, task.n_in()).map_err(|e| e.to_string())?;
-    let mut rng = braintrace::nn::Rng::seed(cfg.seed.wrapping_add(77));
-    let eval = task.sample(256, &mut rng).map_err(|e| e.to_string())?;
-    let hist = support::train(&mut learner, task, cfg, &eval, 10).map_err(|e| e.to_string())?;
-    support::finish(
-        &learner,
+    support::train_and_finish(
+        model,
         task,
         cfg,
-        &hist,
         &format!(
             "{} network, evidence accumulation, {}",
             ex.cell,

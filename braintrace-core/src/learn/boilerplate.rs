@@ -55,6 +55,23 @@ macro_rules! option_builders {
     };
 }
 
+/// The builder methods `vjp_method`, `non_temporal` and `in_step_paths`
+/// with their usual docs, for an algorithm with all three fields.
+macro_rules! common_option_builders {
+    () => {
+        option_builders! {
+            /// With this VJP method.
+            vjp_method: VjpMethod;
+            /// With this treatment of non-temporal parameters.
+            non_temporal: NonTemporal;
+            /// With this counting of in-step paths ([`InStepPaths::Once`] counts
+            /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
+            /// default).
+            in_step_paths: InStepPaths;
+        }
+    };
+}
+
 /// The [`TraceRule`](super::algorithm::TraceRule) methods listed, handed
 /// to the rule in field `$inner`.
 macro_rules! delegate_trace_rule {
@@ -93,4 +110,4 @@ macro_rules! delegate_trace_rule {
     };
 }
 
-pub(crate) use {algorithm_methods, delegate_trace_rule, option_builders};
+pub(crate) use {algorithm_methods, common_option_builders, delegate_trace_rule, option_builders};

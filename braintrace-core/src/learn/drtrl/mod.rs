@@ -12,7 +12,7 @@ pub(crate) use rule::DrtrlRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::{algorithm_methods, option_builders};
+use super::boilerplate::{algorithm_methods, common_option_builders, option_builders};
 use super::compiler::EtraceGraph;
 use super::precision::TraceDType;
 use crate::error::Result;
@@ -53,17 +53,10 @@ impl Default for DRtrl {
 }
 
 impl DRtrl {
+    common_option_builders!();
     option_builders! {
         /// With or without the fused trace kernels.
         fast_paths: bool;
-        /// With this VJP method.
-        vjp_method: VjpMethod;
-        /// With this treatment of non-temporal parameters.
-        non_temporal: NonTemporal;
-        /// With this counting of in-step paths ([`InStepPaths::Once`] counts
-        /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
-        /// default).
-        in_step_paths: InStepPaths;
         /// With the traces kept in this precision (braintrace's `trace_dtype`):
         /// `F32` for an f64 model, `BF16` for an f32 one halve the traces'
         /// memory and the fused kernels' traffic (see [`TraceDType`]).

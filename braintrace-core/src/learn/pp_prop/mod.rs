@@ -12,7 +12,7 @@ pub(crate) use rule::PpRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::{algorithm_methods, option_builders};
+use super::boilerplate::{algorithm_methods, common_option_builders, option_builders};
 use super::compiler::EtraceGraph;
 use super::precision::TraceDType;
 use crate::error::{Error, Result};
@@ -75,18 +75,11 @@ impl PpProp {
             trace_dtype: TraceDType::Model,
         })
     }
+    common_option_builders!();
     option_builders! {
         /// With the fused weight-gradient accumulation on or off (see
         /// [`fast_paths`](Self::fast_paths)).
         fast_paths: bool;
-        /// With this VJP method.
-        vjp_method: VjpMethod;
-        /// With this treatment of non-temporal parameters.
-        non_temporal: NonTemporal;
-        /// With this counting of in-step paths ([`InStepPaths::Once`] counts
-        /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
-        /// default).
-        in_step_paths: InStepPaths;
         /// With the traces kept in this precision (braintrace's `trace_dtype`;
         /// see [`TraceDType`]: pp_prop honours `F32` and refuses `BF16`).
         trace_dtype: TraceDType;
