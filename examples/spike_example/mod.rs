@@ -50,7 +50,8 @@ pub fn main<M: Model>(
     ex: &Example,
     build: impl FnOnce(&Config, &EvidenceTask) -> Result<M, String>,
 ) -> ExitCode {
-    let cmd = Cli::augment_args(Command::new(ex.name).about(ex.about));
+    // After `augment_args`, which sets `about` from `Cli`'s doc comment.
+    let cmd = Cli::augment_args(Command::new(ex.name)).about(ex.about);
     let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
         Ok(c) => c,
         Err(e) => e.exit(),
