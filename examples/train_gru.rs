@@ -66,14 +66,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string())
             .and_then(|c| run(&cfg, &task, "LSTM", c)),
     };
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit_code(outcome)
 }
 
 fn run<C: braintrace::learn::Model>(
@@ -93,15 +86,10 @@ fn run<C: braintrace::learn::Model>(
         cfg.hidden,
         cfg.algo.label()
     );
-    let mut learner = support::make_learner(model, cfg, task.n_in()).map_err(|e| e.to_string())?;
-    let mut rng = braintrace::nn::Rng::seed(cfg.seed.wrapping_add(77));
-    let eval = task.sample(256, &mut rng).map_err(|e| e.to_string())?;
-    let hist = support::train(&mut learner, task, cfg, &eval, 10).map_err(|e| e.to_string())?;
-    support::finish(
-        &learner,
+    support::train_and_finish(
+        model,
         task,
         cfg,
-        &hist,
         &format!("{name}, evidence accumulation, {}", cfg.algo.label()),
     )
 }

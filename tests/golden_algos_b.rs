@@ -111,3 +111,75 @@ fn golden_algos_b_checks_can_fail() {
         "{fails:?}"
     );
 }
+
+/// braintrace's `SnAp(n)` is `ParamDimVjpAlgorithm` with
+/// `ETraceConfig(recurrence_scope='sparse_n', sparse_n=n)` (its
+/// constructor builds that config), so `compile(model, config)` runs the
+/// same rule: every SnAp-2 case, its algorithm taken from
+/// [`EtraceConfig`](braintrace::learn::EtraceConfig) with
+/// `RecurrenceScope::SparseN(2)`, gives braintrace's numbers.
+fn by_config(v: &serde_json::Value, name: &str, sparse_n: usize) -> Vec<String> {
+    use braintrace::learn::{
+        Algorithm, EtraceConfig, NonTemporal, OstlRecurrent, RecurrenceScope, SnAp, VjpMethod,
+    };
+    use serde_json::{Map, Value};
+    type R<T> = Result<T, String>;
+    let resolve = move |class: &str,
+                        _: &Map<String, Value>,
+                        vjp: VjpMethod,
+                        _: &Map<String, Value>|
+          -> Option<R<Algorithm>> {
+        (class == "ETraceConfig").then(|| {
+            let cfg = EtraceConfig {
+                recurrence_scope: RecurrenceScope::SparseN(sparse_n),
+                ..Default::default()
+            };
+            let a = cfg.algorithm().map_err(|e| e.to_string())?;
+            // braintrace's options for the comparison, as the checker sets
+            // them for `SnAp` itself.
+            if let Some(s) = a.get::<SnAp>() {
+                return Ok((*s).vjp_method(vjp).non_temporal(NonTemporal::Zero).into());
+            }
+            if let Some(o) = a.get::<OstlRecurrent>() {
+                return Ok((*o).vjp_method(vjp).non_temporal(NonTemporal::Zero).into());
+            }
+            Err(format!("{cfg:?} gave {}", a.name()))
+        })
+    };
+    let mut v = v.clone();
+    v["algorithm"] = "ETraceConfig".into();
+    let algos = learn_support::e2e::Algorithms {
+        resolve: Some(&resolve),
+        ..Default::default()
+    };
+    learn_support::e2e::check_e2e_with(name, &v, &algos)
+}
+
+#[test]
+fn golden_snap2_cases_through_etrace_config_sparse_n() {
+    let names: Vec<String> = cases("snap__")
+        .into_iter()
+        .filter(|n| n.contains("__n2"))
+        .collect();
+    assert!(names.len() >= 4, "{names:?}");
+    let mut failures = Vec::new();
+    for name in &names {
+        let fails = by_config(&load(name), name, 2);
+        println!(
+            "{name} (ETraceConfig sparse_n=2): {} failure(s)",
+            fails.len()
+        );
+        failures.extend(fails);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The check can fail: sparse_n = 1 (the coupled scope) disagrees.
+    let fails = by_config(
+        &load("snap__gru__n2.json"),
+        "snap__gru__n2.json (sparse_n=1)",
+        1,
+    );
+    assert!(
+        fails.iter().any(|f| f.contains("etrace.grads")),
+        "{fails:?}"
+    );
+}

@@ -586,3 +586,32 @@ pub fn finish<M: Model>(
     );
     Ok(pass)
 }
+
+/// Compile `model` with the configured algorithm, train it on `task` and
+/// [`finish`] (the plot titled `title`); returns whether the run passed.
+pub fn train_and_finish<M: Model>(
+    model: M,
+    task: &EvidenceTask,
+    cfg: &Config,
+    title: &str,
+) -> std::result::Result<bool, String> {
+    let mut learner = make_learner(model, cfg, task.n_in()).map_err(|e| e.to_string())?;
+    let mut rng = Rng::seed(cfg.seed.wrapping_add(77));
+    let eval = task.sample(256, &mut rng).map_err(|e| e.to_string())?;
+    let hist = train(&mut learner, task, cfg, &eval, 10).map_err(|e| e.to_string())?;
+    finish(&learner, task, cfg, &hist, title)
+}
+
+/// The exit code of a run: success when it passed, failure (with the
+/// error printed) otherwise.
+pub fn exit_code(outcome: std::result::Result<bool, String>) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -434,6 +434,9 @@ fn with_non_temporal(a: Algorithm, nt: NonTemporal) -> Algorithm {
     if let Some(p) = a.get::<PpProp>() {
         return (*p).non_temporal(nt).into();
     }
+    if let Some(s) = a.get::<SnAp>() {
+        return (*s).non_temporal(nt).into();
+    }
     if let Some(r) = a.get::<RandomProjection>() {
         return RandomProjection(r.0.clone().non_temporal(nt)).into();
     }

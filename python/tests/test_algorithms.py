@@ -183,6 +183,7 @@ CONFIGS = [
     (dict(trace_factorization="io_factorized", decay=(0.5, 0.9)), "pp_prop"),
     (dict(recurrence_scope="coupled"), "ostl_recurrent"),
     (dict(recurrence_scope="sparse_n", sparse_n=1), "ostl_recurrent"),
+    (dict(recurrence_scope="sparse_n", sparse_n=2), "snap"),
     (dict(trace_filter="kappa", kappa=0.5), "eprop"),
     (dict(trace_filter="kappa", kappa=0.0), "d_rtrl"),
     (dict(learning_signal="random_feedback", random_feedback_key=3), "eprop"),
@@ -210,6 +211,9 @@ def test_etrace_config_is_canonical_and_gives_the_builders_numbers():
     same(grads(bt.ETraceConfig(trace_factorization="io_factorized", decay=0.9)), grads(bt.pp_prop(0.9)))
     same(grads(bt.ETraceConfig(trace_filter="kappa", kappa=0.5)), grads(bt.EProp(kappa_filter_decay=0.5)))
     same(grads(bt.ETraceConfig(recurrence_scope="coupled")), grads(bt.OSTLRecurrent()))
+    # braintrace's SnAp(n) is this config (its constructor builds it).
+    same(grads(bt.ETraceConfig(recurrence_scope="sparse_n", sparse_n=2)), grads(bt.SnAp(n=2)))
+    differ(grads(bt.ETraceConfig(recurrence_scope="sparse_n", sparse_n=2)), grads(bt.SnAp(n=1)))
 
 
 BAD = [
@@ -258,7 +262,7 @@ def test_bad_options_name_the_argument(exc, word, make):
 
 
 def test_a_legal_config_no_algorithm_implements_is_refused_at_compile():
-    c = bt.ETraceConfig(recurrence_scope="sparse_n", sparse_n=2)
+    c = bt.ETraceConfig(recurrence_scope="sparse_n", sparse_n=3)
     with pytest.raises(ValueError, match="SnAp"):
         c.algorithm()
     with pytest.raises(ValueError, match="algorithm"):

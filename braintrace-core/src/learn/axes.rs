@@ -6,7 +6,7 @@
 //! algorithm braintrace's `compile(model, config)` runs for it.
 
 use super::algorithm::Algorithm;
-use super::{DRtrl, EProp, Feedback, OstlRecurrent, PpProp, ThreeFactor};
+use super::{DRtrl, EProp, Feedback, OstlRecurrent, PpProp, SnAp, ThreeFactor};
 use crate::error::{Error, Result};
 
 /// How the eligibility trace is stored (braintrace's `trace_factorization`).
@@ -68,6 +68,8 @@ pub enum LearningSignal {
 /// assert_eq!(ostl.algorithm()?.name(), "ostl_recurrent");
 /// let eprop = EtraceConfig { kappa: Some(0.5), ..Default::default() };
 /// assert_eq!(eprop.algorithm()?.name(), "eprop");
+/// let snap = EtraceConfig { recurrence_scope: RecurrenceScope::SparseN(2), ..Default::default() };
+/// assert_eq!(snap.algorithm()?.name(), "snap");
 /// // A coefficient outside its range, or without its axis, is an error.
 /// assert!(EtraceConfig { kappa: Some(1.5), ..Default::default() }.algorithm().is_err());
 /// assert!(EtraceConfig { decay: Some((0.9, 0.9)), ..Default::default() }.algorithm().is_err());
@@ -195,9 +197,19 @@ impl EtraceConfig {
                 PpProp::decays(x, f)?.into()
             }
             (F::RandomProjection, _, L::Symmetric) => Algorithm::by_name("random_projection")?,
+            // braintrace runs this coordinate as its `SnAp(n)` preset does
+            // (`SnAp` builds exactly this config); n = 1 became `Coupled` above.
+            (F::PerParam, S::SparseN(n), L::Symmetric) if c.kappa.is_none() => {
+                if n > 2 {
+                    return Err(bad(format!(
+                        "recurrence_scope SparseN({n}): this build's SnAp implements the orders 1 and 2 only"
+                    )));
+                }
+                SnAp::new(n)?.into()
+            }
             (F::PerParam, S::SparseN(_), _) | (F::PerParam, _, L::Bootstrapped) => {
                 return Err(bad(format!(
-                    "{c:?} is legal but needs SnAp or DNI with its options: configure that algorithm directly"
+                    "{c:?} is legal but no algorithm of this build implements it (SnAp takes no filter or feedback; DNI needs its options: configure it directly)"
                 )))
             }
             _ => {
@@ -239,6 +251,14 @@ mod tests {
             ..d
         };
         assert_eq!(snap1.algorithm().unwrap().name(), "ostl_recurrent");
+        // sparse_n = 2 is braintrace's `SnAp(n=2)` (whose constructor builds
+        // exactly this config), with SnAp's defaults.
+        let snap2 = EtraceConfig {
+            recurrence_scope: RecurrenceScope::SparseN(2),
+            ..d
+        };
+        assert_eq!(snap2.algorithm().unwrap(), SnAp::new(2).unwrap().into());
+        assert_ne!(snap2.algorithm().unwrap(), SnAp::new(1).unwrap().into());
         let m = EtraceConfig {
             learning_signal: LearningSignal::Modulatory,
             ..d
@@ -291,6 +311,24 @@ mod tests {
             },
             EtraceConfig {
                 recurrence_scope: RecurrenceScope::SparseN(0),
+                ..d
+            },
+            // legal in braintrace, but beyond this build's SnAp, or SnAp
+            // with e-prop's filter
+            EtraceConfig {
+                recurrence_scope: RecurrenceScope::SparseN(3),
+                ..d
+            },
+            EtraceConfig {
+                recurrence_scope: RecurrenceScope::SparseN(2),
+                kappa: Some(0.5),
+                ..d
+            },
+            // SnAp-n widens a per-parameter trace only
+            EtraceConfig {
+                trace_factorization: TraceFactorization::IoFactorized,
+                decay: Some((0.5, 0.5)),
+                recurrence_scope: RecurrenceScope::SparseN(2),
                 ..d
             },
         ];

@@ -29,8 +29,11 @@ macro_rules! algorithm_methods {
     };
 }
 
-/// Builder methods setting the fields `vjp_method`, `non_temporal` and
-/// `fast_paths`, whichever are listed.
+/// Builder methods that set the field of their name and return `self`
+/// (the shared options: `vjp_method`, `non_temporal`, `in_step_paths`,
+/// `fast_paths`, `trace_dtype`, whichever are listed). Each entry is
+/// `field: Type, "one-line doc";` or, for a longer doc with examples,
+/// doc comments (`/// ...`) followed by `field: Type;`.
 macro_rules! option_builders {
     ($($field:ident: $ty:ty, $doc:literal;)*) => {
         $(
@@ -40,6 +43,32 @@ macro_rules! option_builders {
                 self
             }
         )*
+    };
+    ($($(#[$meta:meta])+ $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$meta])+
+            pub fn $field(mut self, v: $ty) -> Self {
+                self.$field = v;
+                self
+            }
+        )*
+    };
+}
+
+/// The builder methods `vjp_method`, `non_temporal` and `in_step_paths`
+/// with their usual docs, for an algorithm with all three fields.
+macro_rules! common_option_builders {
+    () => {
+        option_builders! {
+            /// With this VJP method.
+            vjp_method: VjpMethod;
+            /// With this treatment of non-temporal parameters.
+            non_temporal: NonTemporal;
+            /// With this counting of in-step paths ([`InStepPaths::Once`] counts
+            /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
+            /// default).
+            in_step_paths: InStepPaths;
+        }
     };
 }
 
@@ -81,4 +110,4 @@ macro_rules! delegate_trace_rule {
     };
 }
 
-pub(crate) use {algorithm_methods, delegate_trace_rule, option_builders};
+pub(crate) use {algorithm_methods, common_option_builders, delegate_trace_rule, option_builders};

@@ -12,7 +12,7 @@ pub(crate) use rule::DrtrlRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::algorithm_methods;
+use super::boilerplate::{algorithm_methods, common_option_builders, option_builders};
 use super::compiler::EtraceGraph;
 use super::precision::TraceDType;
 use crate::error::Result;
@@ -53,50 +53,26 @@ impl Default for DRtrl {
 }
 
 impl DRtrl {
-    /// With or without the fused trace kernels.
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
-    }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// With this counting of in-step paths ([`InStepPaths::Once`] counts
-    /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
-    /// default).
-    pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
-        self.in_step_paths = p;
-        self
-    }
-    /// With the traces kept in this precision (braintrace's `trace_dtype`):
-    /// `F32` for an f64 model, `BF16` for an f32 one halve the traces'
-    /// memory and the fused kernels' traffic (see [`TraceDType`]).
-    ///
-    /// ```
-    /// use braintrace_core::learn::{DRtrl, TraceDType};
-    /// let algo = DRtrl::default().trace_dtype(TraceDType::BF16);
-    /// assert_eq!(algo.trace_dtype, TraceDType::BF16);
-    /// ```
-    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
-        self.trace_dtype = t;
-        self
+    common_option_builders!();
+    option_builders! {
+        /// With or without the fused trace kernels.
+        fast_paths: bool;
+        /// With the traces kept in this precision (braintrace's `trace_dtype`):
+        /// `F32` for an f64 model, `BF16` for an f32 one halve the traces'
+        /// memory and the fused kernels' traffic (see [`TraceDType`]).
+        ///
+        /// ```
+        /// use braintrace_core::learn::{DRtrl, TraceDType};
+        /// let algo = DRtrl::default().trace_dtype(TraceDType::BF16);
+        /// assert_eq!(algo.trace_dtype, TraceDType::BF16);
+        /// ```
+        trace_dtype: TraceDType;
     }
 }
 
 impl OnlineAlgorithm for DRtrl {
-    algorithm_methods!(
-        DRtrl,
-        "d_rtrl",
-        |s: &Self| s.vjp_method,
-        |s: &Self| s.non_temporal
-    );
+    algorithm_methods!(DRtrl, "d_rtrl", |s: &Self| s.vjp_method, |s: &Self| s
+        .non_temporal);
     fn in_step_paths(&self) -> InStepPaths {
         self.in_step_paths
     }

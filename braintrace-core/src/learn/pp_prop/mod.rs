@@ -12,7 +12,7 @@ pub(crate) use rule::PpRule;
 use super::algorithm::{
     Algorithm, InStepPaths, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::algorithm_methods;
+use super::boilerplate::{algorithm_methods, common_option_builders, option_builders};
 use super::compiler::EtraceGraph;
 use super::precision::TraceDType;
 use crate::error::{Error, Result};
@@ -75,34 +75,14 @@ impl PpProp {
             trace_dtype: TraceDType::Model,
         })
     }
-    /// With the fused weight-gradient accumulation on or off (see
-    /// [`fast_paths`](Self::fast_paths)).
-    pub fn fast_paths(mut self, on: bool) -> Self {
-        self.fast_paths = on;
-        self
-    }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
-    }
-    /// With this counting of in-step paths ([`InStepPaths::Once`] counts
-    /// each once; [`InStepPaths::Twice`], braintrace 0.2.6's, is the
-    /// default).
-    pub fn in_step_paths(mut self, p: InStepPaths) -> Self {
-        self.in_step_paths = p;
-        self
-    }
-    /// With the traces kept in this precision (braintrace's `trace_dtype`;
-    /// see [`TraceDType`]: pp_prop honours `F32` and refuses `BF16`).
-    pub fn trace_dtype(mut self, t: TraceDType) -> Self {
-        self.trace_dtype = t;
-        self
+    common_option_builders!();
+    option_builders! {
+        /// With the fused weight-gradient accumulation on or off (see
+        /// [`fast_paths`](Self::fast_paths)).
+        fast_paths: bool;
+        /// With the traces kept in this precision (braintrace's `trace_dtype`;
+        /// see [`TraceDType`]: pp_prop honours `F32` and refuses `BF16`).
+        trace_dtype: TraceDType;
     }
     /// The bias correction of call `n` (counted from 0): `max(1 − α_f^{n+1}, 1e−8)`
     /// for `n < 1000`, else 1 (as braintrace 0.2.6).
@@ -127,12 +107,8 @@ pub fn rank_decay(r: usize) -> Result<f64> {
 }
 
 impl OnlineAlgorithm for PpProp {
-    algorithm_methods!(
-        PpProp,
-        "pp_prop",
-        |s: &Self| s.vjp_method,
-        |s: &Self| s.non_temporal
-    );
+    algorithm_methods!(PpProp, "pp_prop", |s: &Self| s.vjp_method, |s: &Self| s
+        .non_temporal);
     fn in_step_paths(&self) -> InStepPaths {
         self.in_step_paths
     }

@@ -22,7 +22,7 @@ mod state;
 use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::algorithm_methods;
+use super::boilerplate::{algorithm_methods, option_builders};
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -94,15 +94,9 @@ impl Uoro {
         self.draws = Some(Draws(Arc::new(draws)));
         self
     }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
+    option_builders! {
+        vjp_method: VjpMethod, "With this VJP method.";
+        non_temporal: NonTemporal, "With this treatment of non-temporal parameters.";
     }
 }
 
@@ -117,12 +111,8 @@ fn check_eps(eps: f64) -> Result<()> {
 }
 
 impl OnlineAlgorithm for Uoro {
-    algorithm_methods!(
-        Uoro,
-        "uoro",
-        |s: &Self| s.vjp_method,
-        |s: &Self| s.non_temporal
-    );
+    algorithm_methods!(Uoro, "uoro", |s: &Self| s.vjp_method, |s: &Self| s
+        .non_temporal);
     fn plan(&self, eg: &Arc<EtraceGraph>, layout: &Layout) -> Result<Box<dyn TraceRule>> {
         check_eps(self.eps)?;
         Ok(Box::new(rule::UoroRule::plan(self, eg, layout)?))

@@ -1,7 +1,7 @@
 //! braintrace 0.2.6's LSTM family: `LSTMCell` and `URLSTMCell` (cell state
 //! `c` and output `h`), and the minimal `MiniGRU` and `MiniLSTM`.
 
-use super::{check_sizes, sub_linear, xavier_normal, CellActivation};
+use super::{check_sizes, gate, sub_linear, xavier_normal, CellActivation};
 use crate::error::Result;
 use crate::learn::{join_path, Init, Model, StepCtx};
 use crate::nn::init::Initializer;
@@ -81,16 +81,12 @@ impl Model for LstmCell {
         let h = ctx.hidden(&self.hidden_path())?;
         let c = ctx.hidden(&self.cell_path())?;
         let xh = cat_last(x, &h)?;
-        let i = self.wi.step(ctx, &xh)?;
-        let g = self.wg.step(ctx, &xh)?;
+        let i = gate(ctx, &self.wi, &xh, CellActivation::Sigmoid)?;
+        let g = gate(ctx, &self.wg, &xh, self.activation)?;
         let f = self.wf.step(ctx, &xh)?;
-        let o = self.wo.step(ctx, &xh)?;
-        let c_new = f
-            .add_scalar(1.0)?
-            .sigmoid()?
-            .mul(&c)?
-            .add(&i.sigmoid()?.mul(&self.activation.apply(&g)?)?)?;
-        let h_new = o.sigmoid()?.mul(&self.activation.apply(&c_new)?)?;
+        let o = gate(ctx, &self.wo, &xh, CellActivation::Sigmoid)?;
+        let c_new = f.add_scalar(1.0)?.sigmoid()?.mul(&c)?.add(&i.mul(&g)?)?;
+        let h_new = o.mul(&self.activation.apply(&c_new)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         ctx.set_hidden(&self.cell_path(), c_new)?;
         Ok(h_new)
@@ -188,8 +184,8 @@ impl Model for UrLstmCell {
         let xh = cat_last(x, &h)?;
         let f = self.wf.step(ctx, &xh)?;
         let r = self.wr.step(ctx, &xh)?;
-        let u = self.wu.step(ctx, &xh)?;
-        let o = self.wo.step(ctx, &xh)?;
+        let u = gate(ctx, &self.wu, &xh, self.activation)?;
+        let o = gate(ctx, &self.wo, &xh, CellActivation::Sigmoid)?;
         // braintrace reads the bias through two `etp_elemwise` equations (one
         // per gate), so its compiler reports two relations; so does ours.
         let bias = || element_wise(&ctx.param(&self.bias_key())?, None);
@@ -200,10 +196,8 @@ impl Model for UrLstmCell {
         let g = two_r
             .mul(&f_)?
             .add(&two_r.rsub_scalar(1.0)?.mul(&f_.square()?)?)?;
-        let c_new = g
-            .mul(&c)?
-            .add(&g.rsub_scalar(1.0)?.mul(&self.activation.apply(&u)?)?)?;
-        let h_new = o.sigmoid()?.mul(&self.activation.apply(&c_new)?)?;
+        let c_new = g.mul(&c)?.add(&g.rsub_scalar(1.0)?.mul(&u)?)?;
+        let h_new = o.mul(&self.activation.apply(&c_new)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         ctx.set_hidden(&self.cell_path(), c_new)?;
         Ok(h_new)
@@ -255,7 +249,7 @@ impl Model for MiniGru {
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
-        let z = self.w_z.step(ctx, &cat_last(x, &h)?)?.sigmoid()?;
+        let z = gate(ctx, &self.w_z, &cat_last(x, &h)?, CellActivation::Sigmoid)?;
         let hx = self.w_x.step(ctx, x)?;
         let h_new = z.rsub_scalar(1.0)?.mul(&h)?.add(&z.mul(&hx)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
@@ -313,8 +307,8 @@ impl Model for MiniLstm {
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
         let xh = cat_last(x, &h)?;
-        let f = self.w_f.step(ctx, &xh)?.sigmoid()?;
-        let i = self.w_i.step(ctx, &xh)?.sigmoid()?;
+        let f = gate(ctx, &self.w_f, &xh, CellActivation::Sigmoid)?;
+        let i = gate(ctx, &self.w_i, &xh, CellActivation::Sigmoid)?;
         let hx = self.w_x.step(ctx, x)?;
         let h_new = f.mul(&h)?.add(&i.mul(&hx)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;

@@ -19,7 +19,7 @@ pub use simple::{CfnCell, MguCell, MinimalRnnCell, VanillaRnnCell};
 use super::init::Initializer;
 use super::layers::Linear;
 use crate::error::{Error, Result};
-use crate::learn::join_path;
+use crate::learn::{join_path, Model, StepCtx};
 use crate::tensor::Tensor;
 
 /// A cell's activation function (braintrace's `activation=` argument, by
@@ -101,6 +101,17 @@ pub(crate) fn sub_linear(
     init: Initializer,
 ) -> Linear {
     Linear::new(&join_path(cell, name), n_in, n_out).with_init(init)
+}
+
+/// A cell's gate: the layer `w` over `input` (mostly `[x, h]`), then the
+/// activation `act`: `act(input W + b)`.
+pub(crate) fn gate(
+    ctx: &mut StepCtx,
+    w: &Linear,
+    input: &Tensor,
+    act: CellActivation,
+) -> Result<Tensor> {
+    act.apply(&w.step(ctx, input)?)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The one-state cells of braintrace 0.2.6 with a single hidden `h`:
 //! `ValinaRNNCell`, `MGUCell`, `MinimalRNNCell` and `CFNCell`.
 
-use super::{check_sizes, sub_linear, xavier_normal, CellActivation};
+use super::{check_sizes, gate, sub_linear, xavier_normal, CellActivation};
 use crate::error::Result;
 use crate::learn::{join_path, Init, Model, StepCtx};
 use crate::nn::init::Initializer;
@@ -62,9 +62,7 @@ impl Model for VanillaRnnCell {
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
-        let h_new = self
-            .activation
-            .apply(&self.w.step(ctx, &cat_last(x, &h)?)?)?;
+        let h_new = gate(ctx, &self.w, &cat_last(x, &h)?, self.activation)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
     }
@@ -124,10 +122,8 @@ impl Model for MguCell {
     }
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
-        let f = self.wf.step(ctx, &cat_last(x, &h)?)?.sigmoid()?;
-        let hc = self
-            .activation
-            .apply(&self.wh.step(ctx, &cat_last(x, &f.mul(&h)?)?)?)?;
+        let f = gate(ctx, &self.wf, &cat_last(x, &h)?, CellActivation::Sigmoid)?;
+        let hc = gate(ctx, &self.wh, &cat_last(x, &f.mul(&h)?)?, self.activation)?;
         let h_new = f.rsub_scalar(1.0)?.mul(&h)?.add(&f.mul(&hc)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
@@ -182,7 +178,7 @@ impl Model for MinimalRnnCell {
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
         let z = self.phi.step(ctx, x)?;
-        let u = self.w_u.step(ctx, &cat_last(&z, &h)?)?.sigmoid()?;
+        let u = gate(ctx, &self.w_u, &cat_last(&z, &h)?, CellActivation::Sigmoid)?;
         let h_new = u.mul(&h)?.add(&u.rsub_scalar(1.0)?.mul(&z)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
@@ -248,9 +244,9 @@ impl Model for CfnCell {
     fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
         let h = ctx.hidden(&self.hidden_path())?;
         let xh = cat_last(x, &h)?;
-        let f = self.wf.step(ctx, &xh)?.sigmoid()?;
-        let i = self.wi.step(ctx, &xh)?.sigmoid()?;
-        let u = self.activation.apply(&self.wh.step(ctx, x)?)?;
+        let f = gate(ctx, &self.wf, &xh, CellActivation::Sigmoid)?;
+        let i = gate(ctx, &self.wi, &xh, CellActivation::Sigmoid)?;
+        let u = gate(ctx, &self.wh, x, self.activation)?;
         let h_new = f.mul(&self.activation.apply(&h)?)?.add(&i.mul(&u)?)?;
         ctx.set_hidden(&self.hidden_path(), h_new.clone())?;
         Ok(h_new)
