@@ -148,9 +148,7 @@ pub fn dropout(prob: f64, seed: u64) -> PyResult<Layer> {
 
 fn arr<const D: usize>(what: &str, kind: &str, v: &[usize]) -> PyResult<[usize; D]> {
     v.try_into().map_err(|_| {
-        PyValueError::new_err(format!(
-            "{kind}: `{what}` must have {D} entries, got {v:?}"
-        ))
+        PyValueError::new_err(format!("{kind}: `{what}` must have {D} entries, got {v:?}"))
     })
 }
 

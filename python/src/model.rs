@@ -382,9 +382,7 @@ impl Layer {
     ) -> PyResult<Layer> {
         let mut l = Linear::new(name, in_size, out_size);
         if let Some(m) = w_mask {
-            l = l
-                .with_mask(&crate::array::tensor_in(m, "w_mask")?)
-                .py()?;
+            l = l.with_mask(&crate::array::tensor_in(m, "w_mask")?).py()?;
         }
         if !bias {
             l = l.without_bias();
@@ -561,9 +559,7 @@ impl Layer {
         w_mask: Option<&Bound<'_, PyAny>>,
         w_init: Option<(String, Option<f64>)>,
     ) -> PyResult<Layer> {
-        crate::blocks::scaled_ws_linear(
-            in_size, out_size, name, bias, ws_gain, eps, w_mask, w_init,
-        )
+        crate::blocks::scaled_ws_linear(in_size, out_size, name, bias, ws_gain, eps, w_mask, w_init)
     }
     /// braintrace's `SparseLinear` on the non-zero pattern of the dense
     /// `(n_in, n_out)` array `spar_mat` (its values the initial data):
