@@ -103,8 +103,11 @@ def test_block_compiles_in_a_recurrent_net_steps_and_learns(net, algo, dtype):
         assert np.any(grads[k] != 0), f"{net}: the gradient of {k} is zero"
 
 
-# braintrace's parameter keys of the weight-structured layers (with the
-# layer's name as the path), as the net's parameter list shows them.
+# braintrace's parameter keys and shapes of the weight-structured layers
+# (with the layer's name as the path), as braintrace 0.2.6 declares them
+# (read from its ParamStates: e.g. ScaledWSLinear(4, 6) has one state
+# `weight` holding {weight (4, 6), bias (6,), gain (1, 6)}, SignedWLinear a
+# bare `weight`).
 BRAINTRACE_KEYS = {
     "SignedWLinear": ["sw/weight"],
     "ScaledWSLinear": ["ws/weight/bias", "ws/weight/gain", "ws/weight/weight"],
@@ -180,6 +183,15 @@ def test_stateless_blocks_compute_what_they_say():
     np.testing.assert_allclose(run(nn.LayerNorm(2)), ln, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(run(nn.PReLU(2)), np.where(x >= 0, x, 0.25 * x))
     np.testing.assert_allclose(run(nn.Dropout(1.0)), x)
+    # Dropout keeping half: about half the entries dropped, the others doubled.
+    wide = np.random.default_rng(4).standard_normal((B, 400, 2))
+    y = bt.compile(
+        nn.Sequential(nn.Dropout(0.5, seed=1), nn.Flatten(in_size=(400, 2)),
+                      nn.Linear(800, 800, name="id", bias=False, w_init="identity"), nn.Expon(800)),
+        algo, np.zeros_like(wide), batch_size=B).update(wide).reshape(wide.shape)
+    kept = y != 0
+    assert 0.4 < kept.mean() < 0.6
+    np.testing.assert_allclose(y[kept], 2.0 * wide[kept], rtol=1e-12)
 
 
 def test_bad_arguments_are_refused_by_name():
