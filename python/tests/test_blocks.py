@@ -295,3 +295,46 @@ def test_initializer_names_reach_the_layers():
     other = bt.compile(gru_net(nn.Linear(4, 4, name="lin", w_init=("identity", 2.0)), width=4), bt.D_RTRL(non_temporal="in_step"),
                        np.zeros((B, 4)), batch_size=B)
     np.testing.assert_array_equal(other.params()["lin/weight/weight"], 2.0 * np.eye(4))
+
+
+def _first_step(layer, x, n_out):
+    """One step of ``layer`` on ``x`` (then an identity ``Linear`` and an
+    ``Expon`` synapse of ``n_out``, which return their input on the first
+    step) and the learner's parameters."""
+    ident = nn.Linear(n_out, n_out, name="id", bias=False, w_init="identity")
+    learner = bt.compile(nn.Sequential(layer, ident, nn.Expon(n_out)), bt.D_RTRL(non_temporal="in_step"),
+                         np.zeros_like(x), batch_size=x.shape[0])
+    return learner.update(x), learner.params()
+
+
+def test_weight_structured_steps_match_numpy():
+    """Each layer's step against the equation written out in numpy, from
+    the parameters the learner holds."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((B, 4))
+    y, p = _first_step(nn.ScaledWSLinear(4, 6, eps=1e-4, name="ws"), x, 6)
+    w = p["ws/weight/weight"]
+    w_hat = (w - w.mean(0)) / np.sqrt(np.maximum(4 * w.var(0), 1e-4))
+    np.testing.assert_allclose(y, (x @ w_hat) * p["ws/weight/gain"] + p["ws/weight/bias"], rtol=1e-10, atol=1e-12)
+    y, p = _first_step(nn.LoRA(4, 2, 6, name="lora"), x, 6)
+    np.testing.assert_allclose(y, x @ p["lora/weight/lora_a"] @ p["lora/weight/lora_b"] / 2, rtol=1e-10, atol=1e-12)
+    y, p = _first_step(nn.Linear(4, 6, name="lin", w_mask=MASK), x, 6)
+    np.testing.assert_allclose(y, x @ (p["lin/weight/weight"] * MASK) + p["lin/weight/bias"], rtol=1e-10, atol=1e-12)
+    g = rng.standard_normal((B, 2, 3))
+    y, p = _first_step(nn.Sequential(nn.GroupedLinear(2, 3, 4, name="gl"), nn.Flatten(in_size=(2, 4))), g, 8)
+    ref = np.einsum("bgk,gkn->bgn", g, p["gl/weight/weight"]) + p["gl/weight/bias"]
+    np.testing.assert_allclose(y, ref.reshape(B, 8), rtol=1e-10, atol=1e-12)
+    tokens = np.array([3.0, 0.0, 9.0])
+    y, p = _first_step(nn.Embedding(10, 4, name="emb"), tokens, 4)
+    np.testing.assert_array_equal(y, p["emb/weight"][[3, 0, 9]])
+    # Conv1d, SAME padding, stride 1, against an explicit loop.
+    s = rng.standard_normal((B, 8, 2))
+    y, p = _first_step(nn.Sequential(nn.Conv1d((8, 2), 3, 3, b_init="zeros", name="conv"), nn.Flatten(in_size=(8, 3))),
+                       s, 24)
+    k = p["conv/weight/weight"]  # (3, 2, 3)
+    pad = np.pad(s, ((0, 0), (1, 1), (0, 0)))
+    ref = np.stack([np.einsum("bkc,kco->bo", pad[:, t:t + 3], k) for t in range(8)], axis=1) + p["conv/weight/bias"]
+    np.testing.assert_allclose(y, ref.reshape(B, 24), rtol=1e-10, atol=1e-12)
+    # The check can fail: the same kernel flipped gives another output.
+    flipped = np.stack([np.einsum("bkc,kco->bo", pad[:, t:t + 3], k[::-1]) for t in range(8)], axis=1)
+    assert not np.allclose(y, flipped.reshape(B, 24))
