@@ -389,14 +389,24 @@ class GroupNorm(Module):
 class Dropout(Module):
     """brainstate's ``Dropout``: keeps each element with probability
     ``prob`` (scaled by ``1 / prob``); the mask is a seeded hash of the
-    values, so a traced learner draws a new one each step. Always training
-    (no evaluation switch from Python yet)."""
+    values, so a traced learner draws a new one each step. ``training``
+    (on by default) off makes it the identity; a learner keeps the mode the
+    layer had when it was compiled (it traces the step then)."""
 
     name = "dropout"
 
     def __init__(self, prob: float = 0.5, seed: int = 0) -> None:
         self.prob, self.seed = prob, seed
         self._native = Layer.dropout(prob, seed)
+
+    @property
+    def training(self) -> bool:
+        """Whether the layer drops (training) or is the identity."""
+        return self._native.training
+
+    @training.setter
+    def training(self, on: bool) -> None:
+        self._native.training = on
 
     def __repr__(self) -> str:
         return f"Dropout({self.prob!r})"

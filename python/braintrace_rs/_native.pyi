@@ -93,6 +93,12 @@ class Layer:
 
     def init(self, init: Init) -> None: ...
     def step(self, ctx: StepCtx, x: ArrayLike) -> Tensor: ...
+    @property
+    def training(self) -> bool:
+        """A ``Dropout`` layer's mode (others raise ``ValueError``); a learner
+        keeps the mode the layer had when it was compiled."""
+    @training.setter
+    def training(self, on: bool) -> None: ...
     @staticmethod
     def linear(
         in_size: int,
@@ -144,7 +150,8 @@ class Layer:
         """``LayerNorm``, ``RMSNorm`` or ``GroupNorm`` over the last axis."""
     @staticmethod
     def dropout(prob: float, seed: int = 0) -> Layer:
-        """brainstate's ``Dropout`` (keep probability ``prob``)."""
+        """brainstate's ``Dropout`` (keep probability ``prob``), training
+        until ``training`` is set off."""
     @staticmethod
     def pool(
         kind: str, kernel_size: Sequence[int], stride: Optional[Sequence[int]] = None, padding: int = 0

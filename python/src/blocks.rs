@@ -141,9 +141,12 @@ pub fn norm(
 }
 
 /// brainstate's `Dropout`: keep probability `prob` in `(0, 1]`, the mask
-/// hashed with `seed`. Always training (the learner traces it so).
+/// hashed with `seed`; training until `Layer.training` is set off.
 pub fn dropout(prob: f64, seed: u64) -> PyResult<Layer> {
-    Ok(layer(Dropout::keep(prob, seed).py()?, "Dropout"))
+    let d = Dropout::keep(prob, seed).py()?;
+    let mut l = layer(d.clone(), "Dropout");
+    l.dropout = Some(d);
+    Ok(l)
 }
 
 fn arr<const D: usize>(what: &str, kind: &str, v: &[usize]) -> PyResult<[usize; D]> {

@@ -342,12 +342,26 @@ impl PyStepCtx {
 pub struct Layer {
     pub model: AnyModel,
     kind: &'static str,
+    /// A `Dropout` layer's handle on its training flag.
+    pub(crate) dropout: Option<braintrace_core::nn::Dropout>,
 }
 
 pub(crate) fn layer(m: impl Model + Send + Sync + 'static, kind: &'static str) -> Layer {
     Layer {
         model: AnyModel::Layer(Arc::new(m)),
         kind,
+        dropout: None,
+    }
+}
+
+impl Layer {
+    fn dropout_handle(&self) -> PyResult<&braintrace_core::nn::Dropout> {
+        self.dropout.as_ref().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "`training`: Layer({}) has no training mode (only Dropout has)",
+                self.kind
+            ))
+        })
     }
 }
 
@@ -364,6 +378,17 @@ impl Layer {
     }
     fn __repr__(&self) -> String {
         format!("Layer({})", self.kind)
+    }
+    /// A `Dropout` layer's mode: training (drops) or evaluating (the
+    /// identity). A learner traces its step when it is compiled, so it
+    /// keeps the mode the layer had then. Other layers have no mode.
+    #[getter]
+    fn training(&self) -> PyResult<bool> {
+        self.dropout_handle().map(|d| d.training())
+    }
+    #[setter]
+    fn set_training(&self, on: bool) -> PyResult<()> {
+        self.dropout_handle().map(|d| d.set_training(on))
     }
     /// `x @ W + b` through `etp_mm`; parameter state `name/weight` with
     /// leaves `weight` `(in_size, out_size)` and `bias`; `w_mask` (an array
@@ -499,7 +524,7 @@ impl Layer {
         crate::blocks::norm(kind, features, name, eps, num_groups, use_scale, use_bias)
     }
     /// brainstate's `Dropout` with keep probability `prob` (in `(0, 1]`),
-    /// its mask hashed with `seed`; always training.
+    /// its mask hashed with `seed`; training until `training` is set off.
     #[staticmethod]
     #[pyo3(signature = (prob, seed=0))]
     fn dropout(prob: f64, seed: u64) -> PyResult<Layer> {
@@ -647,6 +672,7 @@ impl Layer {
         Ok(Layer {
             model: AnyModel::Seq(ms),
             kind: "Sequential",
+            dropout: None,
         })
     }
 }

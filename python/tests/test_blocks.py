@@ -192,6 +192,20 @@ def test_stateless_blocks_compute_what_they_say():
     kept = y != 0
     assert 0.4 < kept.mean() < 0.6
     np.testing.assert_allclose(y[kept], 2.0 * wide[kept], rtol=1e-12)
+    # Evaluating: the identity, in a learner compiled with the mode off; one
+    # compiled while training keeps dropping.
+    drop = nn.Dropout(0.5, seed=1)
+    training = bt.compile(nn.Sequential(drop, nn.Flatten(in_size=(8, 2)), *_probe(16)), algo, np.zeros_like(x),
+                          batch_size=B)
+    assert drop.training
+    drop.training = False
+    assert not drop.training
+    evaluating = bt.compile(nn.Sequential(drop, nn.Flatten(in_size=(8, 2)), *_probe(16)), algo, np.zeros_like(x),
+                            batch_size=B)
+    np.testing.assert_allclose(evaluating.update(x), x.reshape(B, 16), rtol=1e-12)
+    assert np.any(training.update(x) == 0)
+    with pytest.raises(ValueError, match="training"):
+        nn.ReLU()._native.training = False
 
 
 def test_bad_arguments_are_refused_by_name():
@@ -295,6 +309,13 @@ def test_initializer_names_reach_the_layers():
     other = bt.compile(gru_net(nn.Linear(4, 4, name="lin", w_init=("identity", 2.0)), width=4), bt.D_RTRL(non_temporal="in_step"),
                        np.zeros((B, 4)), batch_size=B)
     np.testing.assert_array_equal(other.params()["lin/weight/weight"], 2.0 * np.eye(4))
+
+
+def _probe(n):
+    """An identity ``Linear`` and an ``Expon`` synapse of ``n``: on the
+    first step they return their input (the ETP operation and hidden state
+    a learner needs)."""
+    return nn.Linear(n, n, name="id", bias=False, w_init="identity"), nn.Expon(n)
 
 
 def _first_step(layer, x, n_out):
