@@ -73,7 +73,13 @@ class Init:
     def dtype(self) -> str: ...
     def param(self, path: str, value: ArrayLike, leaf: Optional[str] = None) -> None: ...
     def hidden(self, path: str, shape: Sequence[int]) -> None: ...
-    def draw(self, initializer: str, shape: Sequence[int], scale: Optional[float] = None) -> Tensor: ...
+    def draw(self, initializer: str, shape: Sequence[int], scale: Optional[float] = None) -> Tensor:
+        """Initial values of ``shape`` from the seeded generator: ``zeros``,
+        ``constant``, ``kaiming_normal``, ``orthogonal``, ``normal``, and
+        brainstate's ``xavier_normal``, ``xavier_uniform``,
+        ``kaiming_uniform``, ``kaiming_truncated_normal``, ``lecun_normal``,
+        ``lecun_uniform`` (``scale``: the variance numerator),
+        ``truncated_normal`` (std), ``uniform`` (``[0, scale)``), ``identity``."""
 
 class StepCtx:
     """What ``step`` reads and writes; valid during the traced call."""
@@ -87,6 +93,12 @@ class Layer:
 
     def init(self, init: Init) -> None: ...
     def step(self, ctx: StepCtx, x: ArrayLike) -> Tensor: ...
+    @property
+    def training(self) -> bool:
+        """A ``Dropout`` layer's mode (others raise ``ValueError``); a learner
+        keeps the mode the layer had when it was compiled."""
+    @training.setter
+    def training(self, on: bool) -> None: ...
     @staticmethod
     def linear(
         in_size: int,
@@ -95,6 +107,7 @@ class Layer:
         bias: bool = True,
         w_init: Optional[Tuple[str, Optional[float]]] = None,
         weight_fn: Optional[str] = None,
+        w_mask: Optional[ArrayLike] = None,
     ) -> Layer: ...
     @staticmethod
     def gru_cell(in_size: int, out_size: int, name: str) -> Layer: ...
@@ -116,6 +129,105 @@ class Layer:
     def spiking(
         kind: str, size: int, name: str, tau: float, tau2: float = 0.0, u: float = 0.0, dt: float = 1.0
     ) -> Layer: ...
+    # The layers of issue 36 (``braintrace_rs.nn`` wraps them by class name).
+    @staticmethod
+    def activation(kind: str, **params: Any) -> Layer:
+        """An activation by brainstate's class name (``ReLU``, ``GELU``, ...)
+        with its hyperparameters as keywords."""
+    @staticmethod
+    def prelu(num_parameters: int, name: str, init: float = 0.25) -> Layer:
+        """brainstate's ``PReLU`` (bare parameter ``name/weight``)."""
+    @staticmethod
+    def norm(
+        kind: str,
+        features: int,
+        name: str,
+        eps: float = 1e-6,
+        num_groups: int = 1,
+        use_scale: bool = True,
+        use_bias: bool = True,
+    ) -> Layer:
+        """``LayerNorm``, ``RMSNorm`` or ``GroupNorm`` over the last axis."""
+    @staticmethod
+    def dropout(prob: float, seed: int = 0) -> Layer:
+        """brainstate's ``Dropout`` (keep probability ``prob``), training
+        until ``training`` is set off."""
+    @staticmethod
+    def pool(
+        kind: str, kernel_size: Sequence[int], stride: Optional[Sequence[int]] = None, padding: int = 0
+    ) -> Layer:
+        """``MaxPool1d``, ``MaxPool2d``, ``AvgPool1d`` or ``AvgPool2d``."""
+    @staticmethod
+    def flatten(in_rank: int, start_axis: int = 0, end_axis: int = -1) -> Layer:
+        """brainstate's ``Flatten`` of a sample of rank ``in_rank``."""
+    @staticmethod
+    def unflatten(axis: int, sizes: Sequence[int]) -> Layer:
+        """brainstate's ``Unflatten``."""
+    @staticmethod
+    def signed_w_linear(
+        in_size: int,
+        out_size: int,
+        name: str,
+        w_sign: Optional[ArrayLike] = None,
+        w_init: Optional[Tuple[str, Optional[float]]] = None,
+    ) -> Layer:
+        """braintrace's ``SignedWLinear`` (bare weight ``name/weight``)."""
+    @staticmethod
+    def scaled_ws_linear(
+        in_size: int,
+        out_size: int,
+        name: str,
+        bias: bool = True,
+        ws_gain: bool = True,
+        eps: float = 1e-4,
+        w_mask: Optional[ArrayLike] = None,
+        w_init: Optional[Tuple[str, Optional[float]]] = None,
+    ) -> Layer:
+        """braintrace's ``ScaledWSLinear`` (``name/weight``: ``weight``, ``bias``, ``gain``)."""
+    @staticmethod
+    def sparse_linear(
+        spar_mat: ArrayLike, name: str, b_init: Optional[Tuple[str, Optional[float]]] = None
+    ) -> Layer:
+        """braintrace's ``SparseLinear`` on the non-zeros of a dense array."""
+    @staticmethod
+    def lora(
+        in_features: int,
+        lora_rank: int,
+        out_features: int,
+        name: str,
+        kernel_init: Optional[Tuple[str, Optional[float]]] = None,
+    ) -> Layer:
+        """braintrace's ``LoRA`` without a base module (``lora_a``, ``lora_b``)."""
+    @staticmethod
+    def conv(
+        dims: int,
+        in_size: Sequence[int],
+        out_channels: int,
+        kernel_size: Sequence[int],
+        name: str,
+        stride: Sequence[int],
+        padding: Union[str, int, Sequence[Tuple[int, int]]],
+        lhs_dilation: Sequence[int],
+        rhs_dilation: Sequence[int],
+        groups: int = 1,
+        w_init: Optional[Tuple[str, Optional[float]]] = None,
+        b_init: Optional[Tuple[str, Optional[float]]] = None,
+        channel_first: bool = False,
+    ) -> Layer:
+        """braintrace's ``Conv1d``/``Conv2d``/``Conv3d`` (``dims`` spatial axes)."""
+    @staticmethod
+    def grouped_linear(
+        num_groups: int,
+        in_features: int,
+        out_features: int,
+        name: str,
+        bias: bool = True,
+        w_init: Optional[Tuple[str, Optional[float]]] = None,
+    ) -> Layer:
+        """braintrace's ``GroupedLinear`` (``weight`` ``(G, K, N)``, ``bias`` ``(G, N)``)."""
+    @staticmethod
+    def embedding(num_embeddings: int, embedding_size: int, name: str) -> Layer:
+        """braintrace's ``Embedding`` (bare table ``name/weight``)."""
 
 class Algorithm:
     """An online learning algorithm with its options."""

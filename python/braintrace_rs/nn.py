@@ -7,34 +7,19 @@ Python: call ``layer.init(init)`` from the model's ``init`` and
 
 from typing import Any, Optional, Sequence, Tuple
 
-from ._native import Init, Layer, StepCtx, Tensor, spike_bitwise
-
-
-class Module:
-    """A layer backed by a native one (``self._native``)."""
-
-    _native: Layer
-
-    def init(self, init: Init) -> None:
-        """Declare the layer's parameters and hidden states."""
-        self._native.init(init)
-
-    def step(self, ctx: StepCtx, x: Any) -> Tensor:
-        """One time step on ``x``."""
-        return self._native.step(ctx, x)
-
-    def __call__(self, ctx: StepCtx, x: Any) -> Tensor:
-        return self.step(ctx, x)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
+from ._blocks import *  # noqa: F401,F403  (the layers of issue 36)
+from ._blocks import _init
+from ._module import Module
+from ._native import Layer, StepCtx, Tensor, spike_bitwise
 
 
 class Linear(Module):
     """``x @ W + b`` through ``etp_mm``. Parameter keys ``name/weight/weight``
     ``(in_size, out_size)`` and ``name/weight/bias``. ``w_init`` is an
     initializer name (``"kaiming_normal"`` by default) or ``(name, scale)``;
-    ``weight_fn`` a transform of the weight (``"softplus"``, ...)."""
+    ``weight_fn`` a transform of the weight (``"softplus"``, ...);
+    ``w_mask`` (braintrace's) an array broadcasting to the weight, multiplied
+    with it inside ``etp_mm``."""
 
     def __init__(
         self,
@@ -44,11 +29,10 @@ class Linear(Module):
         bias: bool = True,
         w_init: Any = None,
         weight_fn: Optional[str] = None,
+        w_mask: Any = None,
     ) -> None:
-        if isinstance(w_init, str):
-            w_init = (w_init, None)
         self.name, self.in_size, self.out_size = name, in_size, out_size
-        self._native = Layer.linear(in_size, out_size, name, bias, w_init, weight_fn)
+        self._native = Layer.linear(in_size, out_size, name, bias, _init(w_init), weight_fn, w_mask)
 
 
 class GRUCell(Module):
@@ -276,7 +260,6 @@ class Sequential(Module):
     def __repr__(self) -> str:
         return "Sequential(" + ", ".join(map(repr, self.layers)) + ")"
 
-
 def _nothing() -> Tensor:
     import numpy as np
 
@@ -315,4 +298,52 @@ __all__ = [
     "DualExpon",
     "STD",
     "STP",
+    # Weight-structured layers, GroupedLinear, Embedding.
+    "SignedWLinear",
+    "ScaledWSLinear",
+    "SparseLinear",
+    "LoRA",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "GroupedLinear",
+    "Embedding",
+    # Activations, norms, dropout, pooling, reshaping.
+    "Identity",
+    "ReLU",
+    "ReLU6",
+    "Sigmoid",
+    "Tanh",
+    "Hardsigmoid",
+    "Hardswish",
+    "SiLU",
+    "Mish",
+    "SELU",
+    "LogSigmoid",
+    "Softplus",
+    "Softsign",
+    "Tanhshrink",
+    "ELU",
+    "CELU",
+    "GELU",
+    "LeakyReLU",
+    "Hardtanh",
+    "Hardshrink",
+    "Softshrink",
+    "Threshold",
+    "Softmax",
+    "LogSoftmax",
+    "Softmin",
+    "GLU",
+    "PReLU",
+    "LayerNorm",
+    "RMSNorm",
+    "GroupNorm",
+    "Dropout",
+    "MaxPool1d",
+    "MaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "Flatten",
+    "Unflatten",
 ]

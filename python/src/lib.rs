@@ -9,6 +9,7 @@
 
 mod algos;
 mod array;
+mod blocks;
 mod checkpoint;
 mod driver;
 mod error;

@@ -154,7 +154,28 @@ impl PyInit {
     }
 }
 
-fn initializer(name: &str, scale: Option<f64>) -> PyResult<Initializer> {
+/// The initialiser `name` with an optional `scale`: `zeros`, `constant`
+/// (the value), `kaiming_normal` (variance numerator, default 2; untruncated,
+/// `fan_in = shape[0]`), `orthogonal` (gain), `normal` (std), and
+/// brainstate's variance-scaling ones `xavier_normal`, `xavier_uniform`,
+/// `kaiming_uniform`, `kaiming_truncated_normal`, `lecun_normal`,
+/// `lecun_uniform` (`scale` replaces the variance numerator), plus
+/// `truncated_normal` (std, truncated to two std), `uniform` (`[0, scale)`,
+/// default 1) and `identity` (the diagonal's value, default 1).
+pub(crate) fn initializer(name: &str, scale: Option<f64>) -> PyResult<Initializer> {
+    let vs = |i: Initializer| match (i, scale) {
+        (
+            Initializer::VarianceScaling {
+                mode, distribution, ..
+            },
+            Some(s),
+        ) => Initializer::VarianceScaling {
+            scale: s,
+            mode,
+            distribution,
+        },
+        (i, _) => i,
+    };
     Ok(match name {
         "zeros" => Initializer::Zeros,
         "constant" => Initializer::Constant(scale.unwrap_or(0.0)),
@@ -167,13 +188,53 @@ fn initializer(name: &str, scale: Option<f64>) -> PyResult<Initializer> {
         "normal" => Initializer::Normal {
             std: scale.unwrap_or(1.0),
         },
+        "xavier_normal" => vs(Initializer::xavier_normal()),
+        "xavier_uniform" => vs(Initializer::xavier_uniform()),
+        "kaiming_uniform" => vs(Initializer::kaiming_uniform()),
+        "kaiming_truncated_normal" => vs(Initializer::kaiming_truncated_normal()),
+        "lecun_normal" => vs(Initializer::lecun_normal()),
+        "lecun_uniform" => vs(Initializer::lecun_uniform()),
+        "truncated_normal" => {
+            let std = scale.unwrap_or(1.0);
+            Initializer::TruncatedNormal {
+                mean: 0.0,
+                std,
+                lower: -2.0 * std,
+                upper: 2.0 * std,
+            }
+        }
+        "uniform" => Initializer::Uniform {
+            min: 0.0,
+            max: scale.unwrap_or(1.0),
+        },
+        "identity" => Initializer::Identity {
+            value: scale.unwrap_or(1.0),
+        },
         other => {
             return Err(PyValueError::new_err(format!(
-                "unknown initializer {other:?}; use zeros, constant, kaiming_normal, orthogonal or normal"
+                "unknown initializer {other:?}; use one of {INITIALIZERS:?}"
             )))
         }
     })
 }
+
+/// The initialiser names [`initializer`] knows.
+pub const INITIALIZERS: [&str; 14] = [
+    "zeros",
+    "constant",
+    "kaiming_normal",
+    "orthogonal",
+    "normal",
+    "xavier_normal",
+    "xavier_uniform",
+    "kaiming_uniform",
+    "kaiming_truncated_normal",
+    "lecun_normal",
+    "lecun_uniform",
+    "truncated_normal",
+    "uniform",
+    "identity",
+];
 
 #[pymethods]
 impl PyInit {
@@ -197,7 +258,10 @@ impl PyInit {
     /// Draw initial values of `shape` from the model's seeded generator:
     /// `zeros`, `constant` (value `scale`), `kaiming_normal` (variance
     /// `scale / shape[0]`, default 2), `orthogonal` (gain, default 1),
-    /// `normal` (std, default 1).
+    /// `normal` (std, default 1), and brainstate's `xavier_normal`,
+    /// `xavier_uniform`, `kaiming_uniform`, `kaiming_truncated_normal`,
+    /// `lecun_normal`, `lecun_uniform` (`scale` the variance numerator),
+    /// `truncated_normal` (std), `uniform` (`[0, scale)`), `identity`.
     #[pyo3(signature = (initializer, shape, scale=None))]
     fn draw(&self, initializer: &str, shape: Vec<usize>, scale: Option<f64>) -> PyResult<PyTensor> {
         let ini = self::initializer(initializer, scale)?;
@@ -278,12 +342,26 @@ impl PyStepCtx {
 pub struct Layer {
     pub model: AnyModel,
     kind: &'static str,
+    /// A `Dropout` layer's handle on its training flag.
+    pub(crate) dropout: Option<braintrace_core::nn::Dropout>,
 }
 
 pub(crate) fn layer(m: impl Model + Send + Sync + 'static, kind: &'static str) -> Layer {
     Layer {
         model: AnyModel::Layer(Arc::new(m)),
         kind,
+        dropout: None,
+    }
+}
+
+impl Layer {
+    fn dropout_handle(&self) -> PyResult<&braintrace_core::nn::Dropout> {
+        self.dropout.as_ref().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "`training`: Layer({}) has no training mode (only Dropout has)",
+                self.kind
+            ))
+        })
     }
 }
 
@@ -301,10 +379,23 @@ impl Layer {
     fn __repr__(&self) -> String {
         format!("Layer({})", self.kind)
     }
+    /// A `Dropout` layer's mode: training (drops) or evaluating (the
+    /// identity). A learner traces its step when it is compiled, so it
+    /// keeps the mode the layer had then. Other layers have no mode.
+    #[getter]
+    fn training(&self) -> PyResult<bool> {
+        self.dropout_handle().map(|d| d.training())
+    }
+    #[setter]
+    fn set_training(&self, on: bool) -> PyResult<()> {
+        self.dropout_handle().map(|d| d.set_training(on))
+    }
     /// `x @ W + b` through `etp_mm`; parameter state `name/weight` with
-    /// leaves `weight` `(in_size, out_size)` and `bias`.
+    /// leaves `weight` `(in_size, out_size)` and `bias`; `w_mask` (an array
+    /// broadcasting to the weight) multiplies the weight inside `etp_mm`.
     #[staticmethod]
-    #[pyo3(signature = (in_size, out_size, name, bias=true, w_init=None, weight_fn=None))]
+    #[pyo3(signature = (in_size, out_size, name, bias=true, w_init=None, weight_fn=None, w_mask=None))]
+    #[allow(clippy::too_many_arguments)]
     fn linear(
         in_size: usize,
         out_size: usize,
@@ -312,8 +403,12 @@ impl Layer {
         bias: bool,
         w_init: Option<(String, Option<f64>)>,
         weight_fn: Option<&str>,
+        w_mask: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Layer> {
         let mut l = Linear::new(name, in_size, out_size);
+        if let Some(m) = w_mask {
+            l = l.with_mask(&crate::array::tensor_in(m, "w_mask")?).py()?;
+        }
         if !bias {
             l = l.without_bias();
         }
@@ -393,6 +488,183 @@ impl Layer {
     ) -> PyResult<Layer> {
         crate::zoo::spiking(kind, size, name, tau, tau2, u, dt)
     }
+    /// An activation layer by brainstate's class name (`ReLU`, `GELU`,
+    /// `LeakyReLU`, ...; case-insensitive) with its hyperparameters as
+    /// keywords (`alpha`, `approximate`, `negative_slope`, `min_val`,
+    /// `max_val`, `lambd`, `threshold`, `value`, `axis`/`dim`, `b`).
+    #[staticmethod]
+    #[pyo3(signature = (kind, **params))]
+    fn activation(
+        py: Python<'_>,
+        kind: &str,
+        params: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Layer> {
+        crate::blocks::activation(py, kind, params)
+    }
+    /// brainstate's `PReLU`: `num_parameters` trainable slopes (bare
+    /// parameter `name/weight`) starting at `init`.
+    #[staticmethod]
+    #[pyo3(signature = (num_parameters, name, init=0.25))]
+    fn prelu(num_parameters: usize, name: &str, init: f64) -> Layer {
+        crate::blocks::prelu(num_parameters, init, name)
+    }
+    /// `LayerNorm`, `RMSNorm` or `GroupNorm` (`kind`) over `features` on the
+    /// last axis (`num_groups` for `GroupNorm` only).
+    #[staticmethod]
+    #[pyo3(signature = (kind, features, name, eps=1e-6, num_groups=1, use_scale=true, use_bias=true))]
+    fn norm(
+        kind: &str,
+        features: usize,
+        name: &str,
+        eps: f64,
+        num_groups: usize,
+        use_scale: bool,
+        use_bias: bool,
+    ) -> PyResult<Layer> {
+        crate::blocks::norm(kind, features, name, eps, num_groups, use_scale, use_bias)
+    }
+    /// brainstate's `Dropout` with keep probability `prob` (in `(0, 1]`),
+    /// its mask hashed with `seed`; training until `training` is set off.
+    #[staticmethod]
+    #[pyo3(signature = (prob, seed=0))]
+    fn dropout(prob: f64, seed: u64) -> PyResult<Layer> {
+        crate::blocks::dropout(prob, seed)
+    }
+    /// `MaxPool1d`, `MaxPool2d`, `AvgPool1d` or `AvgPool2d` (`kind`) over the
+    /// spatial axes before the channel axis; `stride` defaults to the
+    /// kernel, `padding` positions on both sides of each spatial axis.
+    #[staticmethod]
+    #[pyo3(signature = (kind, kernel_size, stride=None, padding=0))]
+    fn pool(
+        kind: &str,
+        kernel_size: Vec<usize>,
+        stride: Option<Vec<usize>>,
+        padding: usize,
+    ) -> PyResult<Layer> {
+        crate::blocks::pool(kind, kernel_size, stride, padding)
+    }
+    /// brainstate's `Flatten`: per-sample axes `start_axis ..= end_axis` of
+    /// a sample of rank `in_rank` merged into one.
+    #[staticmethod]
+    #[pyo3(signature = (in_rank, start_axis=0, end_axis=-1))]
+    fn flatten(in_rank: usize, start_axis: isize, end_axis: isize) -> PyResult<Layer> {
+        crate::blocks::flatten(in_rank, start_axis, end_axis)
+    }
+    /// brainstate's `Unflatten`: axis `axis` (negative from the end) split
+    /// into `sizes`.
+    #[staticmethod]
+    fn unflatten(axis: isize, sizes: Vec<usize>) -> Layer {
+        crate::blocks::unflatten(axis, sizes)
+    }
+    /// braintrace's `SignedWLinear`: `x @ (|W| * w_sign)`, bare weight
+    /// `name/weight`.
+    #[staticmethod]
+    #[pyo3(signature = (in_size, out_size, name, w_sign=None, w_init=None))]
+    fn signed_w_linear(
+        in_size: usize,
+        out_size: usize,
+        name: &str,
+        w_sign: Option<&Bound<'_, PyAny>>,
+        w_init: Option<(String, Option<f64>)>,
+    ) -> PyResult<Layer> {
+        crate::blocks::signed_w_linear(in_size, out_size, name, w_sign, w_init)
+    }
+    /// braintrace's `ScaledWSLinear`: weight standardisation inside
+    /// `etp_mm`, state `name/weight` with leaves `weight`, `bias`, `gain`.
+    #[staticmethod]
+    #[pyo3(signature = (in_size, out_size, name, bias=true, ws_gain=true, eps=1e-4, w_mask=None, w_init=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn scaled_ws_linear(
+        in_size: usize,
+        out_size: usize,
+        name: &str,
+        bias: bool,
+        ws_gain: bool,
+        eps: f64,
+        w_mask: Option<&Bound<'_, PyAny>>,
+        w_init: Option<(String, Option<f64>)>,
+    ) -> PyResult<Layer> {
+        crate::blocks::scaled_ws_linear(in_size, out_size, name, bias, ws_gain, eps, w_mask, w_init)
+    }
+    /// braintrace's `SparseLinear` on the non-zero pattern of the dense
+    /// `(n_in, n_out)` array `spar_mat` (its values the initial data):
+    /// state `name/weight` with `weight` `(nnz,)` and, with `b_init`, `bias`.
+    #[staticmethod]
+    #[pyo3(signature = (spar_mat, name, b_init=None))]
+    fn sparse_linear(
+        spar_mat: &Bound<'_, PyAny>,
+        name: &str,
+        b_init: Option<(String, Option<f64>)>,
+    ) -> PyResult<Layer> {
+        crate::blocks::sparse_linear(spar_mat, name, b_init)
+    }
+    /// braintrace's `LoRA` without a base module: `(1/r) x @ A @ B`, state
+    /// `name/weight` with leaves `lora_a`, `lora_b`.
+    #[staticmethod]
+    #[pyo3(signature = (in_features, lora_rank, out_features, name, kernel_init=None))]
+    fn lora(
+        in_features: usize,
+        lora_rank: usize,
+        out_features: usize,
+        name: &str,
+        kernel_init: Option<(String, Option<f64>)>,
+    ) -> PyResult<Layer> {
+        crate::blocks::lora(in_features, lora_rank, out_features, name, kernel_init)
+    }
+    /// braintrace's `Conv1d`/`Conv2d`/`Conv3d` (`dims` spatial axes) on
+    /// `etp_conv`, channel-last unless `channel_first`; state `name/weight`
+    /// with `weight` and, with `b_init`, `bias`.
+    #[staticmethod]
+    #[pyo3(signature = (dims, in_size, out_channels, kernel_size, name, stride, padding, lhs_dilation, rhs_dilation, groups=1, w_init=None, b_init=None, channel_first=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv(
+        dims: usize,
+        in_size: Vec<usize>,
+        out_channels: usize,
+        kernel_size: Vec<usize>,
+        name: &str,
+        stride: Vec<usize>,
+        padding: &Bound<'_, PyAny>,
+        lhs_dilation: Vec<usize>,
+        rhs_dilation: Vec<usize>,
+        groups: usize,
+        w_init: Option<(String, Option<f64>)>,
+        b_init: Option<(String, Option<f64>)>,
+        channel_first: bool,
+    ) -> PyResult<Layer> {
+        let o = crate::blocks::ConvOpts {
+            stride,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            groups,
+            w_init,
+            b_init,
+            channel_first,
+        };
+        crate::blocks::conv(dims, in_size, out_channels, kernel_size, name, o)
+    }
+    /// braintrace's `GroupedLinear`: `num_groups` blocks of `in_features ->
+    /// out_features`, state `name/weight` with `weight` `(G, K, N)`, `bias`.
+    #[staticmethod]
+    #[pyo3(signature = (num_groups, in_features, out_features, name, bias=true, w_init=None))]
+    fn grouped_linear(
+        num_groups: usize,
+        in_features: usize,
+        out_features: usize,
+        name: &str,
+        bias: bool,
+        w_init: Option<(String, Option<f64>)>,
+    ) -> PyResult<Layer> {
+        crate::blocks::grouped_linear(num_groups, in_features, out_features, name, bias, w_init)
+    }
+    /// braintrace's `Embedding`: a trainable table `name/weight`
+    /// `(num_embeddings, embedding_size)`, indices (floats holding integers)
+    /// in.
+    #[staticmethod]
+    fn embedding(num_embeddings: usize, embedding_size: usize, name: &str) -> PyResult<Layer> {
+        crate::blocks::embedding(num_embeddings, embedding_size, name)
+    }
     /// `models` applied one after another (each a layer or Python model).
     #[staticmethod]
     fn sequential(models: Vec<Bound<'_, PyAny>>) -> PyResult<Layer> {
@@ -400,6 +672,7 @@ impl Layer {
         Ok(Layer {
             model: AnyModel::Seq(ms),
             kind: "Sequential",
+            dropout: None,
         })
     }
 }
