@@ -16,7 +16,7 @@ use crate::tensor::Tensor;
 /// float dtype, so the layer takes the indices as floats holding integers
 /// (an integer tensor works too when the layer is called directly); it
 /// one-hot encodes them for the primitive (see
-/// [`prims::embedding`](crate::prims::embedding)). An index that is not an
+/// [`prims::embedding`](fn@crate::prims::embedding)). An index that is not an
 /// integer in `[0, num_embeddings)` is an error naming the layer and the
 /// value: at once when the input is concrete, when the step runs inside a
 /// compiled learner (which then changes nothing).

@@ -1,4 +1,4 @@
-//! The surrogate derivatives a [`spike`](super::spike) uses in its JVP:
+//! The surrogate derivatives a [`spike`](fn@crate::ops::spike) uses in its JVP:
 //! [`Surrogate`], its derivative `g(u)` written with core ops (and its own
 //! derivative, so derivatives of every order are exact), and the block
 //! kernel the fused executor runs. The surrogates follow brainstate's
@@ -14,7 +14,7 @@ use num_traits::Float;
 use std::f64::consts::PI;
 use std::sync::Arc;
 
-/// Which surrogate derivative a [`spike`] uses in its JVP.
+/// Which surrogate derivative a [`spike`](fn@crate::ops::spike) uses in its JVP.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Surrogate {
     /// `g(u) = alpha/2 / (1 + (π/2 · alpha · u)²)`, the derivative of

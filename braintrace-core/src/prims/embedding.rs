@@ -6,7 +6,7 @@
 //! the *one-hot encoding* of the indices, `(B, V)` (`(V,)` for one sample),
 //! in the table's dtype, and the lookup is the product `y = x @ f(T)`,
 //! evaluated as a row gather when `x` is concrete. The user-facing
-//! [`embedding`](super::embedding) op (and the `Embedding` layer) take the
+//! [`embedding`](fn@super::embedding) op (and the `Embedding` layer) take the
 //! indices as an integer tensor or as a float tensor of integral values
 //! (what a learner's step receives: its inputs are cast to the model's
 //! float dtype), check them and encode them. This is braintrace's own
