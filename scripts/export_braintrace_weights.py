@@ -27,7 +27,7 @@ throughout (``jax_enable_x64``). Nothing here reads the Rust code.
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/export_braintrace_weights.py --out tests/braintrace_weights
+    $(scripts/ref_python.sh) scripts/export_braintrace_weights.py --out tests/braintrace_weights
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from ._blocks import *  # noqa: F401,F403  (the layers of issue 36)
 from ._blocks import _init
+from . import _blocks
 from ._module import Module
 from ._native import Layer, StepCtx, Tensor, spike_bitwise
 
@@ -298,52 +299,6 @@ __all__ = [
     "DualExpon",
     "STD",
     "STP",
-    # Weight-structured layers, GroupedLinear, Embedding.
-    "SignedWLinear",
-    "ScaledWSLinear",
-    "SparseLinear",
-    "LoRA",
-    "Conv1d",
-    "Conv2d",
-    "Conv3d",
-    "GroupedLinear",
-    "Embedding",
-    # Activations, norms, dropout, pooling, reshaping.
-    "Identity",
-    "ReLU",
-    "ReLU6",
-    "Sigmoid",
-    "Tanh",
-    "Hardsigmoid",
-    "Hardswish",
-    "SiLU",
-    "Mish",
-    "SELU",
-    "LogSigmoid",
-    "Softplus",
-    "Softsign",
-    "Tanhshrink",
-    "ELU",
-    "CELU",
-    "GELU",
-    "LeakyReLU",
-    "Hardtanh",
-    "Hardshrink",
-    "Softshrink",
-    "Threshold",
-    "Softmax",
-    "LogSoftmax",
-    "Softmin",
-    "GLU",
-    "PReLU",
-    "LayerNorm",
-    "RMSNorm",
-    "GroupNorm",
-    "Dropout",
-    "MaxPool1d",
-    "MaxPool2d",
-    "AvgPool1d",
-    "AvgPool2d",
-    "Flatten",
-    "Unflatten",
+    # Weight-structured layers, activations, norms, dropout, pooling.
+    *_blocks.__all__,
 ]

@@ -3,10 +3,10 @@ tests/compiler_report.rs (`WeightOnlyFirst`): a state `a` whose only recurrence 
 through a weight, then a leaky state `b`. Output recorded in that test:
 groups 0: [b], 1: [a]; W -> [1], U -> [0].
 
-    /work/venv-bt/bin/python scripts/golden_gen/check_group_order.py
+    $(scripts/ref_python.sh) scripts/golden_gen/check_group_order.py
 """
 import os, sys
-sys.path.insert(0, '/work/wt/driver/scripts/golden_gen')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import generate_e2e as E
 import brainstate, braintrace, jax.numpy as jnp
 class Net(brainstate.nn.Module):

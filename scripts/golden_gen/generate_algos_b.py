@@ -15,7 +15,7 @@ vanilla RNN). Draws follow those scripts (one generator per model).
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_algos_b.py --out tests/golden_algos
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_algos_b.py --out tests/golden_algos
 """
 
 from __future__ import annotations

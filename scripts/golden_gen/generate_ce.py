@@ -20,7 +20,7 @@ then ``xs``, then the labels. Nothing here reads the Rust code.
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_ce.py --out tests/golden_ce
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_ce.py --out tests/golden_ce
 """
 
 from __future__ import annotations

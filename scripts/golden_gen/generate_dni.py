@@ -49,7 +49,7 @@ parameters and every output named above. Nothing reads the Rust code.
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_dni.py --out tests/golden_dni
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_dni.py --out tests/golden_dni
 """
 
 from __future__ import annotations

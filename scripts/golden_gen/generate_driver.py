@@ -19,7 +19,7 @@ Nothing reads the Rust code.
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_driver.py --out tests/golden_driver
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_driver.py --out tests/golden_driver
 """
 
 from __future__ import annotations

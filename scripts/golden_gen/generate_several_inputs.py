@@ -24,7 +24,7 @@ reads the Rust code.
 
 Run (from the repository root)::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_several_inputs.py --out tests/golden_several
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_several_inputs.py --out tests/golden_several
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ near the threshold a rounding difference flips a spike.
 
 Nothing here reads the Rust code. Run from the repository root::
 
-    /work/venv-bt/bin/python scripts/golden_gen/generate_zoo_snn.py --out tests/golden_snn
+    $(scripts/ref_python.sh) scripts/golden_gen/generate_zoo_snn.py --out tests/golden_snn
 """
 
 from __future__ import annotations
