@@ -50,6 +50,8 @@ pub(crate) enum FusedKind {
     Lora,
     /// [`TraceKernel::Conv`].
     Conv,
+    /// [`TraceKernel::Custom`].
+    Custom,
 }
 
 impl FusedKind {
@@ -58,6 +60,7 @@ impl FusedKind {
             TraceKernel::Dense { .. } => FusedKind::Dense,
             TraceKernel::Sparse { .. } => FusedKind::Sparse,
             TraceKernel::Lora { .. } => FusedKind::Lora,
+            TraceKernel::Custom(_) => FusedKind::Custom,
             _ => FusedKind::Conv,
         }
     }
@@ -118,6 +121,13 @@ pub(crate) fn shapes_fit(
         return false;
     };
     match kernel {
+        TraceKernel::Custom(k) => {
+            let ws: Vec<(String, Aval)> = weights
+                .iter()
+                .map(|(n, a)| (n.clone(), a.clone()))
+                .collect();
+            k.0.fits(x, keys, &ws)
+        }
         TraceKernel::Dense { .. } => {
             leaves.iter().all(
                 |(role, w, trace)| match x.filter(|_| *role == Role::Weight) {
@@ -165,7 +175,7 @@ pub(crate) fn shapes_fit(
                 Role::LoraB => trace.shape() == [lead, &[i, o, s]].concat(),
                 Role::LoraA => trace.shape() == [lead, &[*r, o, s]].concat(),
                 Role::Bias => bias_fits(w, trace),
-                Role::Weight => false,
+                Role::Weight | Role::Custom => false,
             })
         }
         _ => {
@@ -408,10 +418,12 @@ fn compare(
             &index,
         )
         .map_err(|e| Error::etp_wrap(p.name(), "trace kernel check", e))?;
-        t.prepare(&param_list)?;
         let [(x0, d0, df0), (x1, d1, df1)] = &steps;
-        t.step(x0.as_ref(), d0, df0, None, Solve::None)?;
-        t.step(x1.as_ref(), d1, df1, Some(&g), Solve::After)?;
+        // The kernel's own errors (a hand-written one's included) name the primitive.
+        t.prepare(&param_list)
+            .and_then(|()| t.step(x0.as_ref(), d0, df0, None, Solve::None))
+            .and_then(|()| t.step(x1.as_ref(), d1, df1, Some(&g), Solve::After))
+            .map_err(|e| Error::etp_wrap(p.name(), "trace kernel check", e))?;
         let trace = t.tensor();
         if let Some(what) = differs(&trace, &eps[key])? {
             return refuse(format!("trace `{key}` {what}"));
