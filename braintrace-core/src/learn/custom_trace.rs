@@ -45,6 +45,7 @@ impl CustomLeaf {
     /// The zero trace `trace_shape` and gradient `param_shape` of trainable
     /// `key`, in `dtype` (the model's): a custom kernel keeps its traces in
     /// the model's precision, so any other `storage` is refused.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         kernel: &CustomKernel,
         key: &str,
