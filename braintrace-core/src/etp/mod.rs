@@ -19,6 +19,7 @@
 
 mod calls;
 mod check;
+mod custom_kernel;
 mod eqn;
 mod options;
 mod params;
@@ -30,6 +31,7 @@ mod spec;
 mod trace_kernel;
 
 pub use check::{check_rules, RuleCheck, RuleReport};
+pub use custom_kernel::{CustomKernel, CustomTraceKernel, TraceStep};
 pub use eqn::{as_etp_eqn, decomposition_warnings, EtpEqn};
 pub use options::{lazy_counterpart, Counterpart, PrimitiveOptions};
 pub use params::{apply_fn, times_derivative, ElemFn, ParamType, ParamValue, Params};

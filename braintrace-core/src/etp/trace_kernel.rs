@@ -13,8 +13,10 @@
 //! [`PrimitiveOptions`]: super::PrimitiveOptions
 //! [`EtpPrimitive::trace_kernel`]: super::EtpPrimitive::trace_kernel
 
+use super::custom_kernel::{CustomKernel, CustomTraceKernel};
 use super::params::{ElemFn, ParamType, ParamValue, Params};
 use std::fmt;
+use std::sync::Arc;
 
 /// How a parameter's instantaneous trace term is scaled: by the derivative
 /// of the transform the primitive applies to the parameter before using it.
@@ -98,6 +100,10 @@ pub enum TraceKernel {
         /// The bias's scale.
         bias_scale: Scale,
     },
+    /// A kernel written by hand for the primitive ([`CustomTraceKernel`]):
+    /// the learner keeps every trainable's trace in `init_drtrl`'s layout
+    /// and lets the kernel advance it in place and read gradients from it.
+    Custom(CustomKernel),
 }
 
 /// What a trace of one trainable is to its kernel.
@@ -111,17 +117,26 @@ pub enum Role {
     LoraB,
     /// LoRA's `A`.
     LoraA,
+    /// A trainable of a [`TraceKernel::Custom`] kernel (whatever it is to it).
+    Custom,
 }
 
 impl TraceKernel {
-    /// The kind's name (`dense`, `sparse`, `lora`, `conv`).
+    /// The kind's name (`dense`, `sparse`, `lora`, `conv`, `custom`).
     pub fn kind(&self) -> &'static str {
         match self {
             TraceKernel::Dense { .. } => "dense",
             TraceKernel::Sparse { .. } => "sparse",
             TraceKernel::Lora { .. } => "lora",
             TraceKernel::Conv { .. } => "conv",
+            TraceKernel::Custom(_) => "custom",
         }
+    }
+
+    /// A hand-written kernel ([`CustomTraceKernel`]), e.g. returned by the
+    /// function of `#[etp_primitive(.., trace_kernel = my_kernel)]`.
+    pub fn custom(kernel: impl CustomTraceKernel) -> Self {
+        TraceKernel::Custom(CustomKernel(Arc::new(kernel)))
     }
 
     /// The dense kernel of `y = x @ f(W) (+ g(b))` with transforms under
@@ -162,6 +177,9 @@ impl TraceKernel {
                     None
                 }
             }
+            // Every trainable: the kernel is asked for each trace the
+            // primitive's `init_drtrl` lays out.
+            TraceKernel::Custom(_) => Some(Role::Custom),
             TraceKernel::Lora {
                 lora_b,
                 lora_a,
@@ -186,8 +204,9 @@ impl TraceKernel {
     pub fn scale(&self, role: &Role) -> Scale {
         let fn_key = |k: &Option<String>| k.clone().map_or(Scale::One, Scale::Fn);
         match (self, role) {
+            (TraceKernel::Custom(_), _) => Scale::One,
             (TraceKernel::Lora { a_fn, .. }, Role::LoraA) => fn_key(a_fn),
-            (TraceKernel::Lora { .. }, Role::LoraB | Role::Weight) => Scale::One,
+            (TraceKernel::Lora { .. }, Role::LoraB | Role::Weight | Role::Custom) => Scale::One,
             (TraceKernel::Lora { bias_scale, .. }, Role::Bias) => bias_scale.clone(),
             (
                 TraceKernel::Dense {
@@ -261,6 +280,7 @@ impl TraceKernel {
                         .all(|k| k.as_ref().is_none_or(|k| elem_fn_readable(params, k)))
                     && scale_ok(bias_scale)
             }
+            TraceKernel::Custom(_) => true,
         }
     }
 }

@@ -26,6 +26,7 @@
 //! the first compile against the rules, and by tests against the generic
 //! path.
 
+use super::custom_trace::CustomLeaf;
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
@@ -133,6 +134,9 @@ pub(crate) struct FastTrace {
     /// A step's `D`, `Df` and `g` moved into the [`Blocked`] layout (more
     /// than one state), kept from step to step ([`Blocked::put`]).
     blocked: [Option<ArrayData>; 3],
+    /// A hand-written kernel's leaf ([`TraceKernel::Custom`]): every method
+    /// below hands over to it (`data` and `grad` are then unused).
+    custom: Option<Box<CustomLeaf>>,
 }
 
 /// Zeros, allocated lazily by the OS (`calloc`): a large trace costs
@@ -222,6 +226,19 @@ impl FastTrace {
             .ok_or_else(|| Error::invalid(op, format!("the trace kernel names no `{key}`")))?;
         let kind = FusedKind::of(kernel);
         let hook = scale_fn(kernel, &role, params)?;
+        let custom = match kernel {
+            TraceKernel::Custom(k) => Some(Box::new(CustomLeaf::new(
+                k,
+                key,
+                trace_shape,
+                param_shape,
+                dtype,
+                storage,
+                params,
+                index,
+            )?)),
+            _ => None,
+        };
         let mut t = FastTrace {
             has_input: has_x && role != Role::Bias,
             data: TraceBuf::zeros(storage, &row_shape(trace_shape)),
@@ -240,7 +257,14 @@ impl FastTrace {
             deps: vec![own],
             prep: Prepared::default(),
             blocked: [None, None, None],
+            custom,
         };
+        if t.custom.is_some() {
+            // The custom leaf keeps its own buffers.
+            t.data = TraceBuf::zeros(storage, &[0]);
+            t.grad = zeros(dtype, &[0])?;
+            return Ok(t);
+        }
         match (kind, &role) {
             (FusedKind::Sparse, Role::Weight) => {
                 let TraceKernel::Sparse { structure, .. } = kernel else {
@@ -331,6 +355,9 @@ impl FastTrace {
     /// Derive the per-call values from the current parameters (a no-op
     /// when they are the tensors of the last call).
     pub(crate) fn prepare(&mut self, params: &[Tensor]) -> Result<()> {
+        if let Some(c) = &mut self.custom {
+            return c.prepare(params);
+        }
         let cur: Vec<Tensor> = self.deps.iter().map(|&i| params[i].clone()).collect();
         let same = self.prep.from.len() == cur.len()
             && self.prep.from.iter().zip(&cur).all(|(a, b)| a.ptr_eq(b));
@@ -381,17 +408,26 @@ impl FastTrace {
 
     /// The trace buffer's size in bytes.
     pub(crate) fn trace_bytes(&self) -> usize {
+        if let Some(c) = &self.custom {
+            return c.trace_bytes();
+        }
         self.data.shape().iter().product::<usize>() * self.data.storage().size_bytes()
     }
 
     /// Zero the trace.
     pub(crate) fn reset(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.custom {
+            return c.reset();
+        }
         self.data.fill_zero();
         Ok(())
     }
     /// The trace as a tensor (a copy; bf16 widened to f32) in the public
     /// layout `(B?, I?, O, S)`.
     pub(crate) fn tensor(&self) -> Tensor {
+        if let Some(c) = &self.custom {
+            return c.tensor();
+        }
         let data = self.data.widened();
         if self.sparse.is_some() {
             return Tensor::from_data(data);
@@ -417,11 +453,17 @@ impl FastTrace {
     /// The trace buffer as it is kept (a copy; bf16 widened to f32,
     /// exactly), for a checkpoint.
     pub(crate) fn raw(&self) -> Tensor {
+        if let Some(c) = &self.custom {
+            return c.tensor();
+        }
         Tensor::from_data(self.data.widened())
     }
     /// Whether `r` fits [`raw`](Self::raw)'s shape and dtype (`i`: the
     /// trace's position, for the message).
     pub(crate) fn check_raw(&self, i: usize, r: &Tensor) -> Result<()> {
+        if let Some(c) = &self.custom {
+            return c.check_raw(i, r);
+        }
         if r.dtype() != self.data.widened_dtype() {
             return Err(Error::dtype_with(
                 "Learner::resume",
@@ -442,6 +484,9 @@ impl FastTrace {
     }
     /// Replace the trace buffer by `r` (checked by [`check_raw`](Self::check_raw)).
     pub(crate) fn set_raw(&mut self, r: &Tensor) -> Result<()> {
+        if let Some(c) = &mut self.custom {
+            return c.set_raw(r);
+        }
         self.data = TraceBuf::from_widened(
             self.data.storage(),
             r.data_for("Learner::resume")?,
@@ -451,6 +496,9 @@ impl FastTrace {
     }
     /// Zero the gradient accumulator, dropping its contents.
     pub(crate) fn drop_grad(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.custom {
+            return c.drop_grad();
+        }
         self.grad = zeros(self.grad.dtype(), self.grad.shape())?;
         Ok(())
     }
@@ -459,6 +507,9 @@ impl FastTrace {
     /// which must be those of the steps it accumulates), and zero the
     /// accumulator.
     pub(crate) fn take_grad(&mut self) -> Result<Tensor> {
+        if let Some(c) = &mut self.custom {
+            return c.take_grad();
+        }
         let fresh = zeros(self.grad.dtype(), self.grad.shape())?;
         let g = Tensor::from_data(std::mem::replace(&mut self.grad, fresh));
         match &self.lora {
@@ -492,6 +543,9 @@ impl FastTrace {
         g: Option<&Tensor>,
         solve: Solve,
     ) -> Result<()> {
+        if let Some(c) = &mut self.custom {
+            return c.step(x, d, df, g, solve);
+        }
         let Some(cv) = &self.conv else {
             return self.step_flat(x, d, df, g, solve);
         };

@@ -18,7 +18,12 @@
 //! kernel a primitive declares depends on an equation's params (`weight_fn`
 //! may be unreadable, a convolution's layout not the default one), and the
 //! kernels themselves live in the learner, above the registry. The shapes
-//! are the relation's own, with the batch cut to two samples.
+//! are the relation's own, with the batch cut to two samples; a dense or
+//! low-rank kernel (one formula at every size) is checked on them shrunk,
+//! every size above 5 mapped in order to 6, 7, ... (the full shapes when
+//! the rules reject the shrunk ones), so that a large model's compile does
+//! not pay a large rule evaluation. Sparse, convolution and hand-written
+//! kernels, whose loops depend on the sizes, are checked at full size.
 //!
 //! A kernel that disagrees is refused with [`Error::Etp`] naming the
 //! primitive, and the compile fails: a learner never trains silently with
@@ -50,6 +55,8 @@ pub(crate) enum FusedKind {
     Lora,
     /// [`TraceKernel::Conv`].
     Conv,
+    /// [`TraceKernel::Custom`].
+    Custom,
 }
 
 impl FusedKind {
@@ -58,6 +65,7 @@ impl FusedKind {
             TraceKernel::Dense { .. } => FusedKind::Dense,
             TraceKernel::Sparse { .. } => FusedKind::Sparse,
             TraceKernel::Lora { .. } => FusedKind::Lora,
+            TraceKernel::Custom(_) => FusedKind::Custom,
             _ => FusedKind::Conv,
         }
     }
@@ -118,6 +126,13 @@ pub(crate) fn shapes_fit(
         return false;
     };
     match kernel {
+        TraceKernel::Custom(k) => {
+            let ws: Vec<(String, Aval)> = weights
+                .iter()
+                .map(|(n, a)| (n.clone(), a.clone()))
+                .collect();
+            k.0.fits(x, keys, &ws)
+        }
         TraceKernel::Dense { .. } => {
             leaves.iter().all(
                 |(role, w, trace)| match x.filter(|_| *role == Role::Weight) {
@@ -165,7 +180,7 @@ pub(crate) fn shapes_fit(
                 Role::LoraB => trace.shape() == [lead, &[i, o, s]].concat(),
                 Role::LoraA => trace.shape() == [lead, &[*r, o, s]].concat(),
                 Role::Bias => bias_fits(w, trace),
-                Role::Weight => false,
+                Role::Weight | Role::Custom => false,
             })
         }
         _ => {
@@ -293,6 +308,75 @@ pub(crate) fn checked(
     ) {
         return Ok(None);
     }
+    // A dense or low-rank kernel is one formula whatever the sizes: its
+    // declaration is checked on the pair's shapes shrunk (every size above
+    // 5 mapped, in order, to 6, 7, ...), which keeps a compile at hidden
+    // 512 from spending 100 ms on the check's rule evaluation. Shapes the
+    // shrinking does not suit (the rules reject them) fall back to the
+    // full ones; a disagreement at the small shapes is a refusal.
+    if matches!(k, TraceKernel::Dense { .. } | TraceKernel::Lora { .. }) {
+        let small = shrunk(&case);
+        if let Ok(small_keys) = trace_keys(&r.primitive, &r.params, &small) {
+            let fits = shapes_fit(
+                &k,
+                small.x.as_ref(),
+                &small.vs,
+                small.s,
+                &small_keys,
+                &small.weights,
+                &r.params,
+            );
+            if fits {
+                match verdict(r, &k, &small, &small_keys) {
+                    Ok(true) => return Ok(Some(k)),
+                    Err(e) if e.to_string().contains(REFUSAL) => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(verdict(r, &k, &case, &keys)?.then_some(k))
+}
+
+/// What a refusal's message says (to tell it from an evaluation error).
+const REFUSAL: &str = "trace kernel disagrees with the primitive's rules";
+
+/// `case` with every size above 5 mapped, in increasing order, to 6, 7,
+/// ... (equal sizes stay equal, order is kept; the batch is already cut).
+fn shrunk(case: &Case) -> Case {
+    let mut big: Vec<usize> = case
+        .x
+        .iter()
+        .chain([&case.y])
+        .chain(case.weights.values())
+        .flat_map(|a| a.shape().iter().copied())
+        .chain(case.vs.iter().copied())
+        .filter(|&n| n > 5)
+        .collect();
+    big.sort_unstable();
+    big.dedup();
+    let map = |n: usize| big.binary_search(&n).map_or(n, |i| 6 + i);
+    let aval = |a: &Aval| {
+        Aval::new(
+            &a.shape().iter().map(|&n| map(n)).collect::<Vec<_>>(),
+            a.dtype(),
+        )
+    };
+    Case {
+        x: case.x.as_ref().map(aval),
+        y: aval(&case.y),
+        vs: case.vs.iter().map(|&n| map(n)).collect(),
+        s: case.s,
+        weights: case
+            .weights
+            .iter()
+            .map(|(k, a)| (k.clone(), aval(a)))
+            .collect(),
+    }
+}
+
+/// The check of `k` on `case` (cached per primitive, params and shapes).
+fn verdict(r: &Relation, k: &TraceKernel, case: &Case, keys: &[(String, Aval)]) -> Result<bool> {
     let shapes: Vec<Vec<usize>> = [case.x.as_ref().map_or(vec![], |a| a.shape().to_vec())]
         .into_iter()
         .chain([case.y.shape().to_vec(), case.vs.clone(), vec![case.s]])
@@ -304,18 +388,17 @@ pub(crate) fn checked(
         .unwrap_or_else(|e| e.into_inner())
         .get(&key)
         .cloned();
-    let verdict = match cached {
+    match cached {
         Some(v) => v,
         None => {
-            let v = compare(&r.primitive, &r.params, &k, &case, &keys);
+            let v = compare(&r.primitive, &r.params, k, case, keys);
             CHECKED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key, v.clone());
             v
         }
-    };
-    Ok(verdict?.then_some(k))
+    }
 }
 
 /// The D-RTRL traces of a pair: keys and avals, as the learner lays them out.
@@ -408,10 +491,12 @@ fn compare(
             &index,
         )
         .map_err(|e| Error::etp_wrap(p.name(), "trace kernel check", e))?;
-        t.prepare(&param_list)?;
         let [(x0, d0, df0), (x1, d1, df1)] = &steps;
-        t.step(x0.as_ref(), d0, df0, None, Solve::None)?;
-        t.step(x1.as_ref(), d1, df1, Some(&g), Solve::After)?;
+        // The kernel's own errors (a hand-written one's included) name the primitive.
+        t.prepare(&param_list)
+            .and_then(|()| t.step(x0.as_ref(), d0, df0, None, Solve::None))
+            .and_then(|()| t.step(x1.as_ref(), d1, df1, Some(&g), Solve::After))
+            .map_err(|e| Error::etp_wrap(p.name(), "trace kernel check", e))?;
         let trace = t.tensor();
         if let Some(what) = differs(&trace, &eps[key])? {
             return refuse(format!("trace `{key}` {what}"));

@@ -27,6 +27,7 @@ mod bptt;
 mod by_name;
 mod compiler;
 mod control_flow;
+mod custom_trace;
 mod diagnostics;
 mod fast;
 mod hooked;
