@@ -51,7 +51,7 @@ impl Linear {
     /// weight's). The mask must broadcast to `(n_in, n_out)` and be finite.
     pub fn with_mask(mut self, mask: &Tensor) -> Result<Self> {
         let op = layer_op("Linear", &self.path);
-        super::wlayers::check_mask(&op, "w_mask", mask, &[self.n_in, self.n_out])?;
+        super::mask::check_mask(&op, "w_mask", mask, &[self.n_in, self.n_out])?;
         self.w_mask = Some(mask.clone());
         Ok(self)
     }
@@ -101,7 +101,7 @@ impl Model for Linear {
             None
         };
         let weight_fn = match &self.w_mask {
-            Some(m) => Some(super::wlayers::masked(self.weight_fn.clone(), m)?),
+            Some(m) => Some(super::mask::masked(self.weight_fn.clone(), m)?),
             None => self.weight_fn.clone(),
         };
         let t = Transforms {

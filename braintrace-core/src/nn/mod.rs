@@ -44,7 +44,7 @@ pub use spiking::{ExpSynapse, LifCell};
 // `Sequential` (issue 34, items 4 and 5).
 pub mod activation;
 mod dropout;
-mod init_scaling;
+mod mask;
 mod norm;
 mod pool;
 mod sequential;

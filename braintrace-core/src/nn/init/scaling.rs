@@ -14,7 +14,7 @@
 //! * `Normal`: a standard normal times `√variance`;
 //! * `Uniform`: uniform on `[-1, 1)` times `√(3 · variance)`.
 
-use super::init::Initializer;
+use super::Initializer;
 use crate::error::{Error, Result};
 use crate::random::Rng;
 

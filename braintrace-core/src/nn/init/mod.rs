@@ -32,7 +32,7 @@ pub enum Initializer {
     /// brainstate's `VarianceScaling`: variance `scale / n` with `n` the fan
     /// chosen by `mode`, drawn from `distribution` (see
     /// [`Initializer::xavier_normal`] and its siblings; formulas in
-    /// `nn/init_scaling.rs`).
+    /// `nn/init/scaling.rs`).
     VarianceScaling {
         /// The variance's numerator.
         scale: f64,
@@ -68,7 +68,9 @@ pub enum Initializer {
     },
 }
 
-pub use super::init_scaling::{Distribution, FanMode};
+mod scaling;
+
+pub use scaling::{Distribution, FanMode};
 
 impl Initializer {
     /// `KaimingNormal { scale: 2 }`, braintrace's default for `Linear`.
@@ -114,7 +116,7 @@ impl Initializer {
                 drop(data);
                 data = orthogonal(shape, scale, rng)?;
             }
-            other => super::init_scaling::draw_into(&other, shape, n, rng, &mut data)?,
+            other => scaling::draw_into(&other, shape, n, rng, &mut data)?,
         }
         Tensor::from_vec(data, shape)?.cast(dtype)
     }
