@@ -194,9 +194,10 @@ enum OpKind {
     /// Operands `[a, c]`: `a·s + c`, a `mul_scalar` by `s` whose only
     /// reader is the `add` folded into it.
     ScaleAdd(f64),
-    /// A spike's surrogate derivative ([`SurrogateGrad`](crate::ops::SurrogateGrad)), called directly
-    /// as the core ops are. (A `spike` itself is [`UnaryOp::Step`]: its
-    /// kernel is that op's.)
+    /// A spike's surrogate derivative
+    /// ([`SurrogateGrad`](crate::ops::SurrogateGrad)), called directly as
+    /// the core ops are. (A `spike` itself is [`UnaryOp::Step`]: its kernel
+    /// is that op's.)
     Surrogate(Surrogate),
 }
 
