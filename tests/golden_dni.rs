@@ -16,8 +16,8 @@ use braintrace::learn::{
 use braintrace::nn::{Chain, Linear, LstmCell};
 use braintrace::{DType, Tensor};
 use learn_support::e2e::{array, compare};
-use learn_support::{dims_and_hyperparams, get, known, mse};
 use learn_support::models::{GruNet, LifNet};
+use learn_support::{dims_and_hyperparams, get, known, mse};
 use serde_json::{Map, Value};
 
 type R<T> = std::result::Result<T, String>;

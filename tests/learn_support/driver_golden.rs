@@ -5,8 +5,8 @@
 //! failures.
 
 use super::e2e::{array, compare};
-use super::{dims_and_hyperparams, get, known, mse};
 use super::models::{GruNet, LifNet};
+use super::{dims_and_hyperparams, get, known, mse};
 use braintrace::learn::{
     compile, Algorithm, DRtrl, EtraceOpts, EvolveOpts, Model, ModelState, NonTemporal, PpProp,
     Reduction, TensorDict, VjpMethod,
