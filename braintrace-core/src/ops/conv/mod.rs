@@ -18,8 +18,9 @@
 //! * `TR(x, ct)` with output cotangent `G` (k-shaped): w.r.t. `x` →
 //!   `TL(ct, G)`, w.r.t. `ct` → `Conv(x, G)`.
 //!
-//! [`conv_general`] (and [`Tensor::conv`](crate::tensor::Tensor::conv)) handles layouts, SAME/VALID
-//! padding and defaults, and binds [`Conv`] on canonical operands.
+//! [`conv_general`] (and [`Tensor::conv`](crate::tensor::Tensor::conv))
+//! handles layouts, SAME/VALID padding and defaults, and binds [`Conv`] on
+//! canonical operands.
 
 mod batching;
 mod check;
