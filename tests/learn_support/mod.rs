@@ -29,24 +29,22 @@ pub fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
 }
 
 /// Field `k` of a golden case's object, or a "missing" failure.
-pub fn get<'a>(o: &'a Map<String, Value>, k: &str) -> std::result::Result<&'a Value, String> {
+pub fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Checked<&'a Value> {
     o.get(k).ok_or_else(|| format!("missing `{k}`"))
 }
 
-/// A case's `dims` (`n_in`, `n_rec`, `n_out`, `B`), and a reader of its
-/// `hyperparams` by name.
-#[allow(clippy::type_complexity)]
+/// A golden case's `dims`: `n_in`, `n_rec`, `n_out`, `B`.
+pub type Dims = (usize, usize, usize, usize);
+
+/// A result whose error is a golden checker's failure text.
+pub type Checked<T> = std::result::Result<T, String>;
+
+/// A case's [`Dims`], and a reader of its `hyperparams` by name.
 pub fn dims_and_hyperparams(
     o: &Map<String, Value>,
-) -> std::result::Result<
-    (
-        (usize, usize, usize, usize),
-        impl Fn(&str) -> std::result::Result<f64, String> + '_,
-    ),
-    String,
-> {
+) -> Checked<(Dims, impl Fn(&str) -> Checked<f64> + '_)> {
     let dims = get(o, "dims")?.as_object().ok_or("dims")?;
-    let d = |k: &str| -> std::result::Result<usize, String> {
+    let d = |k: &str| -> Checked<usize> {
         get(dims, k)?
             .as_u64()
             .map(|u| u as usize)
@@ -54,9 +52,8 @@ pub fn dims_and_hyperparams(
     };
     let dims = (d("n_in")?, d("n_rec")?, d("n_out")?, d("B")?);
     let hp = get(o, "hyperparams")?.as_object().ok_or("hyperparams")?;
-    let h = move |k: &str| -> std::result::Result<f64, String> {
-        get(hp, k)?.as_f64().ok_or(format!("hyperparams.{k}"))
-    };
+    let h =
+        move |k: &str| -> Checked<f64> { get(hp, k)?.as_f64().ok_or(format!("hyperparams.{k}")) };
     Ok((dims, h))
 }
 
