@@ -14,28 +14,13 @@ use braintrace::learn::{
     SyntheticGradient, TensorDict,
 };
 use braintrace::nn::{Chain, Linear, LstmCell};
-use braintrace::{DType, Result as BtResult, Tensor};
+use braintrace::{DType, Tensor};
 use learn_support::e2e::{array, compare};
 use learn_support::models::{GruNet, LifNet};
+use learn_support::{dims_and_hyperparams, get, known, mse};
 use serde_json::{Map, Value};
 
 type R<T> = std::result::Result<T, String>;
-
-fn get<'a>(o: &'a Map<String, Value>, k: &str) -> R<&'a Value> {
-    o.get(k).ok_or_else(|| format!("missing `{k}`"))
-}
-
-fn known(o: &Map<String, Value>, what: &str, keys: &[&str], fails: &mut Vec<String>) {
-    for k in o.keys() {
-        if !keys.contains(&k.as_str()) {
-            fails.push(format!("{what}: unknown field `{k}`"));
-        }
-    }
-}
-
-fn mse(o: &Tensor, y: &Tensor) -> BtResult<Tensor> {
-    o.sub(y)?.square()?.mean_all()
-}
 
 fn e(e: braintrace::Error) -> String {
     e.to_string()
@@ -105,16 +90,7 @@ fn run(v: &Value, perturb: Perturb, fails: &mut Vec<String>) -> R<()> {
         ],
         fails,
     );
-    let dims = get(o, "dims")?.as_object().ok_or("dims")?;
-    let d = |k: &str| -> R<usize> {
-        get(dims, k)?
-            .as_u64()
-            .map(|u| u as usize)
-            .ok_or(format!("dims.{k}"))
-    };
-    let (n_in, n_rec, n_out, b) = (d("n_in")?, d("n_rec")?, d("n_out")?, d("B")?);
-    let hp = get(o, "hyperparams")?.as_object().ok_or("hyperparams")?;
-    let h = |k: &str| -> R<f64> { get(hp, k)?.as_f64().ok_or(format!("hyperparams.{k}")) };
+    let ((n_in, n_rec, n_out, b), h) = dims_and_hyperparams(o)?;
     match get(o, "model")?.as_str() {
         Some("gru") => check_model(GruNet::new(n_in, n_rec, n_out), o, b, perturb, fails),
         Some("lif") => check_model(

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference for ``examples/bench_learn.rs``: the same online-learning workloads
+"""Reference for ``examples/bench_learn/``: the same online-learning workloads
 on braintrace 0.2.6 / JAX, printing the same JSON lines.
 
 Grid: model {gru, lif} x algorithm {d_rtrl, pp_prop (decay 0.95)} x hidden

@@ -6,6 +6,7 @@
 
 use super::e2e::{array, compare};
 use super::models::{GruNet, LifNet};
+use super::{dims_and_hyperparams, get, known, mse};
 use braintrace::learn::{
     compile, Algorithm, DRtrl, EtraceOpts, EvolveOpts, Model, ModelState, NonTemporal, PpProp,
     Reduction, TensorDict, VjpMethod,
@@ -14,22 +15,6 @@ use braintrace::{DType, Result as BtResult, Tensor};
 use serde_json::{Map, Value};
 
 type R<T> = std::result::Result<T, String>;
-
-fn get<'a>(o: &'a Map<String, Value>, k: &str) -> R<&'a Value> {
-    o.get(k).ok_or_else(|| format!("missing `{k}`"))
-}
-
-fn known(o: &Map<String, Value>, what: &str, keys: &[&str], fails: &mut Vec<String>) {
-    for k in o.keys() {
-        if !keys.contains(&k.as_str()) {
-            fails.push(format!("{what}: unknown field `{k}`"));
-        }
-    }
-}
-
-fn mse(o: &Tensor, y: &Tensor) -> BtResult<Tensor> {
-    o.sub(y)?.square()?.mean_all()
-}
 
 /// Check one case file; the failures.
 pub fn check(file: &str, v: &Value) -> Vec<String> {
@@ -63,16 +48,7 @@ fn run(v: &Value, fails: &mut Vec<String>) -> R<()> {
         ],
         fails,
     );
-    let dims = get(o, "dims")?.as_object().ok_or("dims")?;
-    let d = |k: &str| -> R<usize> {
-        get(dims, k)?
-            .as_u64()
-            .map(|u| u as usize)
-            .ok_or(format!("dims.{k}"))
-    };
-    let (n_in, n_rec, n_out, b) = (d("n_in")?, d("n_rec")?, d("n_out")?, d("B")?);
-    let hp = get(o, "hyperparams")?.as_object().ok_or("hyperparams")?;
-    let h = |k: &str| -> R<f64> { get(hp, k)?.as_f64().ok_or(format!("hyperparams.{k}")) };
+    let ((n_in, n_rec, n_out, b), h) = dims_and_hyperparams(o)?;
     let opts = get(o, "algorithm_options")?
         .as_object()
         .ok_or("algorithm_options")?;

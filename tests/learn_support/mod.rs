@@ -14,6 +14,7 @@ pub mod zoo;
 use braintrace::learn::{compile, Algorithm, Learner, Model, ModelState, Reduction, TensorDict};
 use braintrace::nn::{Initializer, Rng};
 use braintrace::{DType, Result, Tensor};
+use serde_json::{Map, Value};
 
 /// Standard-normal f64 values of `shape`, from `seed`.
 pub fn draw(shape: &[usize], seed: u64) -> Tensor {
@@ -25,6 +26,44 @@ pub fn draw(shape: &[usize], seed: u64) -> Tensor {
 /// Mean squared error.
 pub fn mse(o: &Tensor, y: &Tensor) -> Result<Tensor> {
     o.sub(y)?.square()?.mean_all()
+}
+
+/// Field `k` of a golden case's object, or a "missing" failure.
+pub fn get<'a>(o: &'a Map<String, Value>, k: &str) -> Checked<&'a Value> {
+    o.get(k).ok_or_else(|| format!("missing `{k}`"))
+}
+
+/// A golden case's `dims`: `n_in`, `n_rec`, `n_out`, `B`.
+pub type Dims = (usize, usize, usize, usize);
+
+/// A result whose error is a golden checker's failure text.
+pub type Checked<T> = std::result::Result<T, String>;
+
+/// A case's [`Dims`], and a reader of its `hyperparams` by name.
+pub fn dims_and_hyperparams(
+    o: &Map<String, Value>,
+) -> Checked<(Dims, impl Fn(&str) -> Checked<f64> + '_)> {
+    let dims = get(o, "dims")?.as_object().ok_or("dims")?;
+    let d = |k: &str| -> Checked<usize> {
+        get(dims, k)?
+            .as_u64()
+            .map(|u| u as usize)
+            .ok_or(format!("dims.{k}"))
+    };
+    let dims = (d("n_in")?, d("n_rec")?, d("n_out")?, d("B")?);
+    let hp = get(o, "hyperparams")?.as_object().ok_or("hyperparams")?;
+    let h =
+        move |k: &str| -> Checked<f64> { get(hp, k)?.as_f64().ok_or(format!("hyperparams.{k}")) };
+    Ok((dims, h))
+}
+
+/// A failure for each field of `o` not among `keys`.
+pub fn known(o: &Map<String, Value>, what: &str, keys: &[&str], fails: &mut Vec<String>) {
+    for k in o.keys() {
+        if !keys.contains(&k.as_str()) {
+            fails.push(format!("{what}: unknown field `{k}`"));
+        }
+    }
 }
 
 /// Compile `make()` with `algo()` in f32 and in f64 (state seed 4, example

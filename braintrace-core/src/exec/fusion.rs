@@ -2,6 +2,7 @@
 //! which group, and each group's program of block operations).
 
 use super::*;
+use crate::graph::BlockOp;
 
 /// The variables a step reads from the environment.
 pub(super) fn step_reads(step: &Step) -> Vec<VarId> {
@@ -55,35 +56,37 @@ pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     ok.then_some(k)
 }
 
+/// The core op a primitive's element-wise kernel computes, as the
+/// primitive says (see [`Elementwise::block_op`]).
+fn block_op(p: &dyn Primitive) -> Option<BlockOp> {
+    p.elementwise().and_then(|k| k.block_op())
+}
+
 /// The op of a binary element-wise primitive.
 pub(super) fn binary_op(p: &dyn Primitive) -> Option<BinaryOp> {
-    p.as_any().downcast_ref::<Binary>().map(|b| b.0)
+    match block_op(p)? {
+        BlockOp::Binary(b) => Some(b),
+        _ => None,
+    }
 }
 
 /// How a fused loop runs a (not folded) equation of primitive `p`.
 pub(super) fn core_kind(p: &dyn Primitive) -> OpKind {
-    let any = p.as_any();
-    if let Some(u) = any.downcast_ref::<Unary>() {
-        OpKind::Unary(u.0)
-    } else if let Some(b) = any.downcast_ref::<Binary>() {
-        OpKind::Binary(b.0)
-    } else if let Some(s) = any.downcast_ref::<Scalar>() {
-        OpKind::Scalar(s.op, s.value)
-    } else if any.is::<Spike>() {
-        OpKind::Unary(UnaryOp::Step)
-    } else if let Some(g) = any.downcast_ref::<SurrogateGrad>() {
-        OpKind::Surrogate(g.0)
-    } else {
-        OpKind::Eqn
+    match block_op(p) {
+        Some(BlockOp::Unary(u)) => OpKind::Unary(u),
+        Some(BlockOp::Binary(b)) => OpKind::Binary(b),
+        Some(BlockOp::Scalar(op, value)) => OpKind::Scalar(op, value),
+        Some(BlockOp::Surrogate(s)) => OpKind::Surrogate(s),
+        None => OpKind::Eqn,
     }
 }
 
 /// The factor of a `mul_scalar` primitive.
 pub(super) fn mul_scalar_of(p: &dyn Primitive) -> Option<f64> {
-    p.as_any()
-        .downcast_ref::<Scalar>()
-        .filter(|s| s.op == ScalarOp::Mul)
-        .map(|s| s.value)
+    match block_op(p)? {
+        BlockOp::Scalar(ScalarOp::Mul, value) => Some(value),
+        _ => None,
+    }
 }
 
 pub(super) fn form_groups(g: &Graph) -> Groups {

@@ -37,9 +37,9 @@ use crate::kernels::sgemm;
 use crate::kernels::spare::recast;
 use crate::ops::elementwise::{
     binary_block, mul_add_block, scalar_block, scale_add_block, unary_block, unary_block_f32,
-    Binary, BinaryOp, Scalar, ScalarOp, Unary, UnaryOp,
+    BinaryOp, ScalarOp, UnaryOp,
 };
-use crate::ops::{surrogate_block, Spike, Surrogate, SurrogateGrad};
+use crate::ops::{surrogate_block, Surrogate};
 use crate::tensor::{
     copy_blocks, row_major as row_major_of, same_shape, standard_layout, ArrayData, ArrayElement,
     Aval, DType, Repr, Tensor,
@@ -194,9 +194,10 @@ enum OpKind {
     /// Operands `[a, c]`: `a·s + c`, a `mul_scalar` by `s` whose only
     /// reader is the `add` folded into it.
     ScaleAdd(f64),
-    /// A spike's surrogate derivative ([`SurrogateGrad`]), called directly
-    /// as the core ops are. (A `spike` itself is [`UnaryOp::Step`]: its
-    /// kernel is that op's.)
+    /// A spike's surrogate derivative
+    /// ([`SurrogateGrad`](crate::ops::SurrogateGrad)), called directly as
+    /// the core ops are. (A `spike` itself is [`UnaryOp::Step`]: its kernel
+    /// is that op's.)
     Surrogate(Surrogate),
 }
 

@@ -8,12 +8,14 @@
 //! evaluation happens only when no trace is active.
 
 mod analysis;
+pub(crate) mod block_op;
 mod builder;
 mod interpret;
 mod primitive;
 pub mod profile;
 
 pub use analysis::{Reachable, Slice, FOLD_MAX_ELEMENTS};
+pub use block_op::BlockOp;
 pub use builder::GraphBuilder;
 pub use interpret::interpret;
 pub(crate) use interpret::NEVER_READ;

@@ -1,6 +1,7 @@
 //! The `Primitive` trait: what every op — core or ETP — supplies to each
 //! interpreter (evaluation, shape inference, JVP, transpose, batching).
 
+use super::BlockOp;
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};
 use std::any::Any;
@@ -193,4 +194,12 @@ pub trait Elementwise: Send + Sync {
     fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]);
     /// `out[i] = f(ins[0][i], ins[1][i], ...)` on `f64` elements.
     fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]);
+    /// The core op this kernel computes, if it is one: a fused loop then
+    /// calls that op's block kernel directly (and may fold a `mul` or
+    /// `mul_scalar` into the `add` that reads it). `None` (the default):
+    /// the loop calls [`Elementwise::block_f32`] or
+    /// [`Elementwise::block_f64`].
+    fn block_op(&self) -> Option<BlockOp> {
+        None
+    }
 }

@@ -43,35 +43,94 @@ pub(crate) fn normalize(x: &Tensor, axes: &[usize], eps: f64, use_mean: bool) ->
     x.sub(&mu)?.mul(&var.add_scalar(eps)?.sqrt()?.reciprocal()?)
 }
 
-/// Declare the `scale` (ones) and `bias` (zeros) leaves of `state` with
-/// `features` entries, as chosen.
-fn declare_affine(
-    init: &mut Init,
-    state: &str,
+/// The op name of a norm layer's errors, after the checks every norm
+/// layer makes (`features` >= 1, then the layer's own, then ε).
+fn checked(
+    kind: &str,
+    path: &str,
+    features: usize,
+    eps: f64,
+    more: impl FnOnce(&str) -> Result<()>,
+) -> Result<String> {
+    let op = layer_op(kind, path);
+    size_at_least_one(&op, "features", features)?;
+    more(&op)?;
+    check_eps(&op, eps)?;
+    Ok(op)
+}
+
+/// A norm layer's parameter state: its path, the `features` entries of
+/// its leaves, and which of `scale` (ones) and `bias` (zeros) it has.
+struct Affine {
+    state: String,
     features: usize,
     scale: bool,
     bias: bool,
-) -> Result<()> {
-    let dt = init.dtype();
-    if scale {
-        init.param(state, Some("scale"), Tensor::ones(&[features], dt))?;
-    }
-    if bias {
-        init.param(state, Some("bias"), Tensor::zeros(&[features], dt))?;
-    }
-    Ok(())
 }
 
-/// Apply `scale` and `bias` leaves of `state`, when declared.
-fn apply_affine(ctx: &StepCtx, y: Tensor, state: &str, scale: bool, bias: bool) -> Result<Tensor> {
-    let mut y = y;
-    if scale {
-        y = y.mul(&ctx.param(&join_path(state, "scale"))?)?;
+impl Affine {
+    /// Declare the chosen leaves.
+    fn declare(&self, init: &mut Init) -> Result<()> {
+        let dt = init.dtype();
+        if self.scale {
+            init.param(
+                &self.state,
+                Some("scale"),
+                Tensor::ones(&[self.features], dt),
+            )?;
+        }
+        if self.bias {
+            init.param(
+                &self.state,
+                Some("bias"),
+                Tensor::zeros(&[self.features], dt),
+            )?;
+        }
+        Ok(())
     }
-    if bias {
-        y = y.add(&ctx.param(&join_path(state, "bias"))?)?;
+
+    /// Apply the chosen leaves to `y`.
+    fn apply(&self, ctx: &StepCtx, y: Tensor) -> Result<Tensor> {
+        let mut y = y;
+        if self.scale {
+            y = y.mul(&ctx.param(&join_path(&self.state, "scale"))?)?;
+        }
+        if self.bias {
+            y = y.add(&ctx.param(&join_path(&self.state, "bias"))?)?;
+        }
+        Ok(y)
     }
-    Ok(y)
+}
+
+/// What a norm layer says of itself; its [`Model`] methods (the same for
+/// every norm layer, `norm_models!`) check it, declare or apply its
+/// [`Affine`] leaves and normalise the features on the last axis.
+trait Norm {
+    /// Check the configuration; the op name of the layer's errors.
+    fn check(&self) -> Result<String>;
+    /// The parameter state.
+    fn layout(&self) -> Affine;
+    /// `x` normalised (before the affine leaves).
+    fn normalize(&self, x: &Tensor) -> Result<Tensor>;
+}
+
+/// The [`Model`] impl of each [`Norm`] layer listed.
+macro_rules! norm_models {
+    ($($t:ty),*) => {$(
+        impl Model for $t {
+            fn init(&self, init: &mut Init) -> Result<()> {
+                self.check()?;
+                self.layout().declare(init)
+            }
+            fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+                let op = self.check()?;
+                let affine = self.layout();
+                check_features(&op, x, affine.features)?;
+                let y = self.normalize(x)?;
+                affine.apply(ctx, y)
+            }
+        }
+    )*};
 }
 
 /// brainstate's `LayerNorm` over the last (feature) axis: `eps = 1e-6`,
@@ -117,30 +176,22 @@ impl LayerNorm {
     pub fn state_path(&self) -> String {
         join_path(&self.path, "weight")
     }
-    fn check(&self) -> Result<String> {
-        let op = layer_op("LayerNorm", &self.path);
-        size_at_least_one(&op, "features", self.features)?;
-        check_eps(&op, self.eps)?;
-        Ok(op)
-    }
 }
 
-impl Model for LayerNorm {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.check()?;
-        declare_affine(
-            init,
-            &self.state_path(),
-            self.features,
-            self.use_scale,
-            self.use_bias,
-        )
+impl Norm for LayerNorm {
+    fn check(&self) -> Result<String> {
+        checked("LayerNorm", &self.path, self.features, self.eps, |_| Ok(()))
     }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let op = self.check()?;
-        check_features(&op, x, self.features)?;
-        let y = normalize(x, &[x.ndim() - 1], self.eps, true)?;
-        apply_affine(ctx, y, &self.state_path(), self.use_scale, self.use_bias)
+    fn layout(&self) -> Affine {
+        Affine {
+            state: self.state_path(),
+            features: self.features,
+            scale: self.use_scale,
+            bias: self.use_bias,
+        }
+    }
+    fn normalize(&self, x: &Tensor) -> Result<Tensor> {
+        normalize(x, &[x.ndim() - 1], self.eps, true)
     }
 }
 
@@ -178,30 +229,22 @@ impl RmsNorm {
     pub fn state_path(&self) -> String {
         join_path(&self.path, "scale")
     }
-    fn check(&self) -> Result<String> {
-        let op = layer_op("RmsNorm", &self.path);
-        size_at_least_one(&op, "features", self.features)?;
-        check_eps(&op, self.eps)?;
-        Ok(op)
-    }
 }
 
-impl Model for RmsNorm {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.check()?;
-        declare_affine(
-            init,
-            &self.state_path(),
-            self.features,
-            self.use_scale,
-            false,
-        )
+impl Norm for RmsNorm {
+    fn check(&self) -> Result<String> {
+        checked("RmsNorm", &self.path, self.features, self.eps, |_| Ok(()))
     }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let op = self.check()?;
-        check_features(&op, x, self.features)?;
-        let y = normalize(x, &[x.ndim() - 1], self.eps, false)?;
-        apply_affine(ctx, y, &self.state_path(), self.use_scale, false)
+    fn layout(&self) -> Affine {
+        Affine {
+            state: self.state_path(),
+            features: self.features,
+            scale: self.use_scale,
+            bias: false,
+        }
+    }
+    fn normalize(&self, x: &Tensor) -> Result<Tensor> {
+        normalize(x, &[x.ndim() - 1], self.eps, false)
     }
 }
 
@@ -248,38 +291,33 @@ impl GroupNorm {
     pub fn state_path(&self) -> String {
         join_path(&self.path, "weight")
     }
-    fn check(&self) -> Result<String> {
-        let op = layer_op("GroupNorm", &self.path);
-        size_at_least_one(&op, "features", self.features)?;
-        size_at_least_one(&op, "num_groups", self.num_groups)?;
-        if !self.features.is_multiple_of(self.num_groups) {
-            return Err(Error::invalid(
-                &op,
-                format!(
-                    "num_groups {} does not divide the {} features",
-                    self.num_groups, self.features
-                ),
-            ));
-        }
-        check_eps(&op, self.eps)?;
-        Ok(op)
-    }
 }
 
-impl Model for GroupNorm {
-    fn init(&self, init: &mut Init) -> Result<()> {
-        self.check()?;
-        declare_affine(
-            init,
-            &self.state_path(),
-            self.features,
-            self.use_scale,
-            self.use_bias,
-        )
+impl Norm for GroupNorm {
+    fn check(&self) -> Result<String> {
+        checked("GroupNorm", &self.path, self.features, self.eps, |op| {
+            size_at_least_one(op, "num_groups", self.num_groups)?;
+            if !self.features.is_multiple_of(self.num_groups) {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "num_groups {} does not divide the {} features",
+                        self.num_groups, self.features
+                    ),
+                ));
+            }
+            Ok(())
+        })
     }
-    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
-        let op = self.check()?;
-        check_features(&op, x, self.features)?;
+    fn layout(&self) -> Affine {
+        Affine {
+            state: self.state_path(),
+            features: self.features,
+            scale: self.use_scale,
+            bias: self.use_bias,
+        }
+    }
+    fn normalize(&self, x: &Tensor) -> Result<Tensor> {
         let n = x.ndim();
         let mut grouped = x.shape()[..n - 1].to_vec();
         grouped.extend([self.num_groups, self.features / self.num_groups]);
@@ -287,7 +325,8 @@ impl Model for GroupNorm {
         // brainstate: axes 1 .. n-1 of x, and the channels of the group.
         let mut axes: Vec<usize> = (1..n.saturating_sub(1)).collect();
         axes.push(n);
-        let y = normalize(&g, &axes, self.eps, true)?.reshape(x.shape())?;
-        apply_affine(ctx, y, &self.state_path(), self.use_scale, self.use_bias)
+        normalize(&g, &axes, self.eps, true)?.reshape(x.shape())
     }
 }
+
+norm_models!(LayerNorm, RmsNorm, GroupNorm);

@@ -97,6 +97,9 @@ impl Primitive for Spike {
 pub struct SurrogateGrad(pub Surrogate);
 
 impl Elementwise for Spike {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Unary(super::UnaryOp::Step))
+    }
     fn arity(&self) -> usize {
         1
     }
@@ -109,6 +112,9 @@ impl Elementwise for Spike {
 }
 
 impl Elementwise for SurrogateGrad {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Surrogate(self.0))
+    }
     fn arity(&self) -> usize {
         1
     }

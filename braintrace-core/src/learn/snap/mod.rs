@@ -24,7 +24,7 @@ mod one;
 use super::algorithm::{
     Algorithm, Layout, Named, NonTemporal, OnlineAlgorithm, TraceRule, VjpMethod,
 };
-use super::boilerplate::algorithm_methods;
+use super::boilerplate::{algorithm_methods, option_builders};
 use super::compiler::EtraceGraph;
 use crate::error::{Error, Result};
 use std::any::Any;
@@ -56,15 +56,9 @@ impl SnAp {
             non_temporal: NonTemporal::InStep,
         })
     }
-    /// With this VJP method.
-    pub fn vjp_method(mut self, m: VjpMethod) -> Self {
-        self.vjp_method = m;
-        self
-    }
-    /// With this treatment of non-temporal parameters.
-    pub fn non_temporal(mut self, n: NonTemporal) -> Self {
-        self.non_temporal = n;
-        self
+    option_builders! {
+        vjp_method: VjpMethod, "With this VJP method.";
+        non_temporal: NonTemporal, "With this treatment of non-temporal parameters.";
     }
 }
 

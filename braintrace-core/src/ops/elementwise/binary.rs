@@ -6,24 +6,7 @@ use super::*;
 
 // ---------------------------------------------------------------- binary
 
-/// Binary element-wise functions on operands of equal shape and dtype.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    /// `a + b`
-    Add,
-    /// `a - b`
-    Sub,
-    /// `a * b`
-    Mul,
-    /// `a / b`
-    Div,
-    /// element-wise maximum
-    Max,
-    /// element-wise minimum
-    Min,
-    /// `a ^ b`
-    Pow,
-}
+pub use crate::graph::block_op::BinaryOp;
 
 impl BinaryOp {
     pub(super) fn name(self) -> &'static str {
@@ -170,6 +153,9 @@ pub(super) fn binary_loop<T: Float>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T
 }
 
 impl Elementwise for Binary {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Binary(self.0))
+    }
     fn arity(&self) -> usize {
         2
     }

@@ -5,26 +5,7 @@ use super::*;
 
 // ---------------------------------------------------------------- scalar
 
-/// Ops of a tensor and a static scalar.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ScalarOp {
-    /// `x + s`
-    Add,
-    /// `x * s`
-    Mul,
-    /// `x / s` (a true division: `x * (1/s)` overflows for a subnormal `s`)
-    Div,
-    /// `s - x`
-    RSub,
-    /// `s / x`
-    RDiv,
-    /// `x ^ s`
-    Pow,
-    /// `max(x, s)`
-    Max,
-    /// `min(x, s)`
-    Min,
-}
+pub use crate::graph::block_op::ScalarOp;
 
 /// A tensor-scalar op; the scalar is a static parameter.
 #[derive(Clone, Debug)]
@@ -107,6 +88,9 @@ pub(super) fn scalar_loop<T: Float>(op: ScalarOp, value: f64, a: &[T], out: &mut
 }
 
 impl Elementwise for Scalar {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Scalar(self.op, self.value))
+    }
     fn arity(&self) -> usize {
         1
     }

@@ -5,44 +5,7 @@ use super::*;
 
 // ---------------------------------------------------------------- unary
 
-/// Unary element-wise functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `-x`
-    Neg,
-    /// `e^x`
-    Exp,
-    /// natural log
-    Log,
-    /// `tanh x`
-    Tanh,
-    /// logistic sigmoid
-    Sigmoid,
-    /// `max(x, 0)`
-    Relu,
-    /// square root
-    Sqrt,
-    /// absolute value
-    Abs,
-    /// sine
-    Sin,
-    /// cosine
-    Cos,
-    /// `x*x`
-    Square,
-    /// `1/x`
-    Reciprocal,
-    /// `log(1 + e^x)`
-    Softplus,
-    /// Heaviside step `1[x > 0]` as a float (zero derivative); also the derivative of relu.
-    Step,
-    /// sign of x (zero derivative)
-    Sign,
-    /// arctangent
-    Atan,
-    /// the error function `erf x = 2/√π ∫₀ˣ e^{−t²} dt` (exact GELU)
-    Erf,
-}
+pub use crate::graph::block_op::UnaryOp;
 
 impl UnaryOp {
     pub(super) fn name(self) -> &'static str {
@@ -253,6 +216,9 @@ pub(super) fn unary_loop_f32(op: UnaryOp, a: &[f32], out: &mut [f32]) {
 pub struct Unary(pub UnaryOp);
 
 impl Elementwise for Unary {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Unary(self.0))
+    }
     fn arity(&self) -> usize {
         1
     }
