@@ -1,0 +1,165 @@
+//! Unit-shape simplifications of a staged graph, run by [`Jit`](super::Jit)
+//! before it plans the graph: shape ops that move no values are replaced
+//! by what the planned executor runs without calling `eval` (each `eval`
+//! call allocates its operands' avals, its result list and its result).
+//!
+//! * A sum over axes of size 1 only (a bias gradient at batch 1, the
+//!   transpose of a broadcast over a unit axis) is a reshape: the same
+//!   elements in the same order, which the core sum also returns as they
+//!   are (`kernels::reduce::sum_axes` copies them).
+//! * A broadcast of a single element read only by a one-operand
+//!   element-wise equation is moved after it (the equation then computes
+//!   one element, the value every element of its result had).
+//! * A broadcast of a single element read by an element-wise equation
+//!   whose result keeps its avals when given the element itself (the other
+//!   operand has the result's shape: a loss's seed broadcast in a reverse
+//!   pass, times the loss's derivative) is read as that element:
+//!   element-wise primitives broadcast single elements themselves (the
+//!   fused loops read them as scalars), so every result element is the
+//!   same value. The broadcast is then left to dead-code elimination.
+//!
+//! All are exact: no value changes, bit for bit.
+
+use crate::graph::{Graph, VarId};
+use crate::ops::shape::{BroadcastInDim, ReduceSum, Reshape};
+use crate::tensor::Aval;
+use std::sync::Arc;
+
+/// Apply the simplifications of the module docs to `g`; how many
+/// equations or operands changed (the caller runs dead-code elimination).
+pub(crate) fn unit_shape_ops(g: &mut Graph) -> usize {
+    let mut changed = sums_to_reshapes(g);
+    // Each pass moves a broadcast one equation on.
+    loop {
+        let moved = move_broadcasts(g);
+        changed += moved;
+        if moved == 0 {
+            break;
+        }
+    }
+    changed + read_elements(g)
+}
+
+/// The one operand of equation `e` when it is a broadcast of a single
+/// element.
+fn single_broadcast(g: &Graph, e: usize) -> Option<VarId> {
+    let e = &g.eqns[e];
+    let one = e.inputs.len() == 1 && e.outputs.len() == 1;
+    (one && e.prim.as_any().is::<BroadcastInDim>() && g.avals[e.inputs[0]].size() == 1)
+        .then(|| e.inputs[0])
+}
+
+fn sums_to_reshapes(g: &mut Graph) -> usize {
+    let (avals, eqns) = (&g.avals, &mut g.eqns);
+    let mut changed = 0;
+    for e in eqns.iter_mut() {
+        if e.inputs.len() != 1 || e.outputs.len() != 1 {
+            continue;
+        }
+        let Some(s) = e.prim.as_any().downcast_ref::<ReduceSum>() else {
+            continue;
+        };
+        let sh = avals[e.inputs[0]].shape();
+        if s.axes.iter().all(|&a| sh.get(a) == Some(&1)) {
+            e.prim = Arc::new(Reshape {
+                shape: avals[e.outputs[0]].shape().to_vec(),
+            });
+            changed += 1;
+        }
+    }
+    changed
+}
+
+/// `z = u(broadcast(s))` → `z = broadcast(u(s))` for a one-operand
+/// element-wise `u` and a broadcast read by nothing else.
+fn move_broadcasts(g: &mut Graph) -> usize {
+    let n = g.avals.len();
+    let mut reads = vec![0usize; n];
+    for e in &g.eqns {
+        for &v in &e.inputs {
+            reads[v] += 1;
+        }
+    }
+    for &v in &g.outvars {
+        reads[v] += 1;
+    }
+    let mut made_by = vec![None; n];
+    for i in 0..g.eqns.len() {
+        if single_broadcast(g, i).is_some() {
+            made_by[g.eqns[i].outputs[0]] = Some(i);
+        }
+    }
+    let mut moved = 0;
+    for j in 0..g.eqns.len() {
+        let e = &g.eqns[j];
+        if e.prim.elementwise().is_none() || e.inputs.len() != 1 || e.outputs.len() != 1 {
+            continue;
+        }
+        let (b, z) = (e.inputs[0], e.outputs[0]);
+        let Some(i) = made_by[b].filter(|_| reads[b] == 1) else {
+            continue;
+        };
+        let s = g.eqns[i].inputs[0];
+        // `u` on the element: one element of `z`'s dtype; the broadcast of
+        // it: `z`'s avals.
+        let Ok(t) = e.prim.abstract_eval(std::slice::from_ref(&g.avals[s])) else {
+            continue;
+        };
+        let [t]: [Aval; 1] = match t.try_into() {
+            Ok(t) => t,
+            Err(_) => continue,
+        };
+        if t.size() != 1 || t.dtype() != g.avals[z].dtype() {
+            continue;
+        }
+        let back = g.eqns[i].prim.abstract_eval(std::slice::from_ref(&t));
+        if !matches!(back, Ok(o) if o.len() == 1 && o[0] == g.avals[z]) {
+            continue;
+        }
+        g.avals[b] = t;
+        let (u, bc) = (g.eqns[j].prim.clone(), g.eqns[i].prim.clone());
+        g.eqns[i].prim = u;
+        g.eqns[j].prim = bc;
+        made_by[b] = None;
+        made_by[z] = Some(j);
+        moved += 1;
+    }
+    moved
+}
+
+/// Element-wise equations read the element of a single-element broadcast
+/// when their result keeps its avals.
+fn read_elements(g: &mut Graph) -> usize {
+    let single: Vec<Option<VarId>> = {
+        let mut v = vec![None; g.avals.len()];
+        for i in 0..g.eqns.len() {
+            if let Some(s) = single_broadcast(g, i) {
+                v[g.eqns[i].outputs[0]] = Some(s);
+            }
+        }
+        v
+    };
+    let (avals, eqns) = (&g.avals, &mut g.eqns);
+    let mut changed = 0;
+    for e in eqns.iter_mut() {
+        if e.prim.elementwise().is_none() || e.outputs.len() != 1 {
+            continue;
+        }
+        for k in 0..e.inputs.len() {
+            let Some(s) = single[e.inputs[k]] else {
+                continue;
+            };
+            let mut given: Vec<Aval> = e.inputs.iter().map(|&v| avals[v].clone()).collect();
+            given[k] = avals[s].clone();
+            let same = matches!(
+                e.prim.abstract_eval(&given),
+                Ok(o) if o.len() == 1 && o[0] == avals[e.outputs[0]]
+            );
+            if same {
+                e.inputs[k] = s;
+                changed += 1;
+            }
+        }
+    }
+    changed
+}
