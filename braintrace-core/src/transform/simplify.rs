@@ -6,7 +6,10 @@
 //! * A sum over axes of size 1 only (a bias gradient at batch 1, the
 //!   transpose of a broadcast over a unit axis) is a reshape: the same
 //!   elements in the same order, which the core sum also returns as they
-//!   are (`kernels::reduce::sum_axes` copies them).
+//!   are (`kernels::reduce::sum_axes` copies them). So is a transpose
+//!   that moves only axes of size 1 (`(1, n)` to `(n, 1)`, the outer
+//!   product of a weight gradient at batch 1). Both are recognised by what
+//!   the primitive declares ([`Planned`]), not by its type.
 //! * A broadcast of a single element read only by a one-operand
 //!   element-wise equation is moved after it (the equation then computes
 //!   one element, the value every element of its result had).
@@ -20,8 +23,8 @@
 //!
 //! All are exact: no value changes, bit for bit.
 
-use crate::graph::{Graph, VarId};
-use crate::ops::shape::{BroadcastInDim, ReduceSum, Reshape};
+use crate::graph::{Graph, Planned, VarId};
+use crate::ops::shape::{BroadcastInDim, Reshape};
 use crate::tensor::Aval;
 use std::sync::Arc;
 
@@ -56,13 +59,25 @@ fn sums_to_reshapes(g: &mut Graph) -> usize {
         if e.inputs.len() != 1 || e.outputs.len() != 1 {
             continue;
         }
-        let Some(s) = e.prim.as_any().downcast_ref::<ReduceSum>() else {
-            continue;
+        let (x, y) = (&avals[e.inputs[0]], &avals[e.outputs[0]]);
+        let same_order = match e.prim.planned() {
+            // As many elements after the sum as before: only unit axes
+            // were summed.
+            Some(Planned::Sum) => x.size() == y.size(),
+            // Only unit axes move: the others keep their order.
+            Some(Planned::Transpose { perm }) => {
+                let moved: Vec<usize> = perm
+                    .iter()
+                    .copied()
+                    .filter(|&a| x.shape().get(a).is_some_and(|&d| d != 1))
+                    .collect();
+                moved.windows(2).all(|w| w[0] < w[1])
+            }
+            _ => false,
         };
-        let sh = avals[e.inputs[0]].shape();
-        if s.axes.iter().all(|&a| sh.get(a) == Some(&1)) {
+        if same_order && x.dtype() == y.dtype() {
             e.prim = Arc::new(Reshape {
-                shape: avals[e.outputs[0]].shape().to_vec(),
+                shape: y.shape().to_vec(),
             });
             changed += 1;
         }
