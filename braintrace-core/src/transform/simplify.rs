@@ -178,3 +178,103 @@ fn read_elements(g: &mut Graph) -> usize {
     }
     changed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Result;
+    use crate::ops::shape::broadcast_in_dim;
+    use crate::tensor::{DType, Tensor};
+    use crate::transform::{jit, make_graph};
+
+    /// `a` `(1, 4)`, `s` `()`, `m` `(3, 4)`: the unit-shape cases and the
+    /// ones that must stay.
+    fn f(a: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (x, s, m) = (&a[0], &a[1], &a[2]);
+        let seed = broadcast_in_dim(s, &[1, 4], &[])?;
+        // Moved past `mul_scalar` and `neg`, then read as the element.
+        let d = seed.mul_scalar(2.0)?.neg()?.mul(x)?;
+        // Kept (a result): moved past `exp` only.
+        let e = broadcast_in_dim(s, &[1, 4], &[])?.exp()?;
+        // Not single elements: kept.
+        let rows = broadcast_in_dim(&x.reshape(&[4])?, &[3, 4], &[1])?.mul(m)?;
+        Ok(vec![
+            d,
+            e,
+            rows,
+            x.sum(&[0])?,         // unit axis: a reshape
+            x.transpose(&[1, 0])?, // unit axis moves: a reshape
+            m.sum(&[0])?,         // kept
+            m.transpose(&[1, 0])?, // kept
+            m.sum(&[0, 1])?,      // kept (planned as a sum to one value)
+        ])
+    }
+
+    fn bits(v: &[Tensor]) -> Vec<(Vec<usize>, Vec<u64>)> {
+        v.iter()
+            .map(|t| {
+                let b = t.to_vec_f64().unwrap().iter().map(|x| x.to_bits()).collect();
+                (t.shape().to_vec(), b)
+            })
+            .collect()
+    }
+
+    fn args(dtype: DType) -> Vec<Tensor> {
+        let x = vec![-0.0, 1.5e-310, -3.25, 7.0];
+        let m: Vec<f64> = (0..12).map(|i| (i as f64 - 5.5) / 3.0).collect();
+        vec![
+            Tensor::from_vec(x, &[1, 4]).unwrap().cast(dtype).unwrap(),
+            Tensor::scalar_of(-0.3, dtype),
+            Tensor::from_vec(m, &[3, 4]).unwrap().cast(dtype).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn unit_shape_ops_are_replaced_and_nothing_else() {
+        let a = args(DType::F64);
+        let avals: Vec<_> = a.iter().map(Tensor::aval).collect();
+        let g0 = make_graph(f, &avals).unwrap();
+        let mut g = g0.clone();
+        let changed = unit_shape_ops(&mut g);
+        g.dce();
+        g.validate().unwrap();
+        assert!(changed > 0);
+        let count = |g: &Graph, name: &str| {
+            g.eqns()
+                .iter()
+                .filter(|e| e.prim().name() == name)
+                .count()
+        };
+        // Of three broadcasts, the non-single one and the one behind `exp`
+        // (a result) are left; two of four sums and transposes are left.
+        assert_eq!(count(&g0, "broadcast_in_dim"), 3);
+        assert_eq!(count(&g, "broadcast_in_dim"), 2);
+        assert_eq!(count(&g0, "reduce_sum"), 3);
+        assert_eq!(count(&g, "reduce_sum"), 2);
+        assert_eq!(count(&g0, "transpose"), 2);
+        assert_eq!(count(&g, "transpose"), 1);
+        // `exp` now runs on the one element.
+        let exp = g.eqns().iter().find(|e| e.prim().name() == "exp").unwrap();
+        assert_eq!(g.avals[exp.outputs[0]].shape(), &[] as &[usize]);
+        // And the results did not change, bit for bit (signed zero and a
+        // subnormal included).
+        assert_eq!(bits(&g.eval(&a).unwrap()), bits(&g0.eval(&a).unwrap()));
+    }
+
+    #[test]
+    fn a_jitted_program_returns_the_unsimplified_graphs_bits() {
+        for dtype in [DType::F32, DType::F64] {
+            let a = args(dtype);
+            let avals: Vec<_> = a.iter().map(Tensor::aval).collect();
+            let want = make_graph(f, &avals).unwrap().eval(&a).unwrap();
+            let j = jit(f);
+            for _ in 0..3 {
+                let got = j(&a).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{dtype:?}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.aval(), w.aval());
+                }
+            }
+        }
+    }
+}
