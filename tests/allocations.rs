@@ -114,7 +114,10 @@ fn lif() -> Chain<LifCell, LeakyRateReadout> {
 /// Outside the benchmark: an MGU cell and a linear readout of logits,
 /// trained with a softmax cross-entropy on class labels.
 fn mgu() -> Chain<MguCell, Linear> {
-    Chain::new(MguCell::new("rnn", 16, 32).unwrap(), Linear::new("out", 32, 4))
+    Chain::new(
+        MguCell::new("rnn", 16, 32).unwrap(),
+        Linear::new("out", 32, 4),
+    )
 }
 
 /// Outside the benchmark: LIF neurons (τ = 10) behind an exponential
@@ -192,7 +195,12 @@ fn per_step<M: Model>(
         }
         .cast(DType::F32)
         .unwrap();
-        allocations(|| learner.etrace_grad(&xs, &ys, loss, Reduction::Mean).unwrap()).0
+        allocations(|| {
+            learner
+                .etrace_grad(&xs, &ys, loss, Reduction::Mean)
+                .unwrap()
+        })
+        .0
     };
     run(3);
     let (short, long) = (run(4), run(24));
@@ -243,10 +251,22 @@ fn a_learner_step_allocates_a_bounded_few_times() {
     let dr = DRtrl::default;
     let v = Targets::Values;
     let cases = vec![
-        ("gru pp_prop zero", per_step(gru, || pp().non_temporal(zero).into(), v)),
-        ("gru d_rtrl zero", per_step(gru, || dr().non_temporal(zero).into(), v)),
-        ("lif pp_prop zero", per_step(lif, || pp().non_temporal(zero).into(), v)),
-        ("lif d_rtrl zero", per_step(lif, || dr().non_temporal(zero).into(), v)),
+        (
+            "gru pp_prop zero",
+            per_step(gru, || pp().non_temporal(zero).into(), v),
+        ),
+        (
+            "gru d_rtrl zero",
+            per_step(gru, || dr().non_temporal(zero).into(), v),
+        ),
+        (
+            "lif pp_prop zero",
+            per_step(lif, || pp().non_temporal(zero).into(), v),
+        ),
+        (
+            "lif d_rtrl zero",
+            per_step(lif, || dr().non_temporal(zero).into(), v),
+        ),
         ("lif pp_prop", per_step(lif, || pp().into(), v)),
         ("lif d_rtrl", per_step(lif, || dr().into(), v)),
         ("mgu+mse pp_prop", per_step(mgu, || pp().into(), v)),

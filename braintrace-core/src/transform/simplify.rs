@@ -202,18 +202,23 @@ mod tests {
             d,
             e,
             rows,
-            x.sum(&[0])?,         // unit axis: a reshape
+            x.sum(&[0])?,          // unit axis: a reshape
             x.transpose(&[1, 0])?, // unit axis moves: a reshape
-            m.sum(&[0])?,         // kept
+            m.sum(&[0])?,          // kept
             m.transpose(&[1, 0])?, // kept
-            m.sum(&[0, 1])?,      // kept (planned as a sum to one value)
+            m.sum(&[0, 1])?,       // kept (planned as a sum to one value)
         ])
     }
 
     fn bits(v: &[Tensor]) -> Vec<(Vec<usize>, Vec<u64>)> {
         v.iter()
             .map(|t| {
-                let b = t.to_vec_f64().unwrap().iter().map(|x| x.to_bits()).collect();
+                let b = t
+                    .to_vec_f64()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect();
                 (t.shape().to_vec(), b)
             })
             .collect()
@@ -239,12 +244,8 @@ mod tests {
         g.dce();
         g.validate().unwrap();
         assert!(changed > 0);
-        let count = |g: &Graph, name: &str| {
-            g.eqns()
-                .iter()
-                .filter(|e| e.prim().name() == name)
-                .count()
-        };
+        let count =
+            |g: &Graph, name: &str| g.eqns().iter().filter(|e| e.prim().name() == name).count();
         // Of three broadcasts, the non-single one and the one behind `exp`
         // (a result) are left; two of four sums and transposes are left.
         assert_eq!(count(&g0, "broadcast_in_dim"), 3);
