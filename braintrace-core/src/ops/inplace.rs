@@ -135,6 +135,11 @@ fn check_operands(op: &str, out: &Tensor, xs: &[&Tensor], float: bool) -> Result
                 ),
             ));
         }
+        // (Equal shapes broadcast to themselves: no shape is built, so a
+        // learner's per-step accumulation allocates nothing here.)
+        if x.shape() == out.shape() {
+            continue;
+        }
         let b = super::broadcast_shapes(op, &[out.shape(), x.shape()]);
         if b.as_deref().ok() != Some(out.shape()) {
             return Err(Error::shapes(

@@ -103,7 +103,11 @@ where
                 // Staged programs often compute a value twice (a forward
                 // pass and the primal of a JVP of it, or of a VJP with
                 // respect to a zero perturbation): keep one.
-                let simplified = g.fold_constants() + g.simplify_identities();
+                // And shape ops that move no values run as the planned
+                // executor's own kernels (see `simplify`).
+                let simplified = g.fold_constants()
+                    + g.simplify_identities()
+                    + super::simplify::unit_shape_ops(&mut g);
                 if g.cse() + simplified > 0 {
                     g.dce();
                 }

@@ -13,6 +13,7 @@ pub mod control;
 mod custom_jvp;
 mod jit;
 mod linearize;
+mod simplify;
 
 pub use batching::{vmap, vmap_graph, vmap_out};
 pub use call::{as_call, call, Call};

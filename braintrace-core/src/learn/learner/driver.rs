@@ -357,8 +357,10 @@ impl<M: Model> Learner<M> {
                             s => *s = Some(g.clone()),
                         }
                     }
-                    hidden = run.hidden.to_vec();
-                    traces = run.traces.to_vec();
+                    // In place (the lists keep their length): no new list
+                    // per step.
+                    hidden.clone_from_slice(run.hidden);
+                    traces.clone_from_slice(run.traces);
                     done += 1;
                 }
                 if !windowed {
