@@ -16,28 +16,15 @@
 //! | `ReluGrad { alpha, width }` | `max(alpha·width − alpha·|u|, 0)` |
 
 use super::check_arity;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::{bind1, Elementwise, Primitive};
-use crate::tensor::{ArrayData, Aval, DType, Tensor};
+use crate::tensor::{Aval, Tensor};
 use std::any::Any;
 use std::sync::Arc;
 
+use super::surrogate::float_operand;
 pub use super::surrogate::Surrogate;
-use super::surrogate::{surrogate_block, surrogate_kernel};
-
-fn float_operand(op: &str, inputs: &[Aval]) -> Result<Aval> {
-    check_arity(op, inputs, 1)?;
-    if !inputs[0].dtype().is_float() {
-        return Err(Error::dtype_with(
-            op,
-            "the membrane potential",
-            DType::FLOATS,
-            inputs[0].dtype(),
-            format!("shape {:?}", inputs[0].shape()),
-        ));
-    }
-    Ok(inputs[0].clone())
-}
+pub use super::surrogate::SurrogateGrad;
 
 /// The spike primitive: Heaviside forward, surrogate JVP.
 #[derive(Clone, Debug)]
@@ -92,10 +79,6 @@ impl Primitive for Spike {
     }
 }
 
-/// The surrogate derivative `g(u)` as a primitive (one fused kernel).
-#[derive(Clone, Debug)]
-pub struct SurrogateGrad(pub Surrogate);
-
 impl Elementwise for Spike {
     fn block_op(&self) -> Option<crate::graph::BlockOp> {
         Some(crate::graph::BlockOp::Unary(super::UnaryOp::Step))
@@ -108,83 +91,6 @@ impl Elementwise for Spike {
     }
     fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
         super::elementwise::Unary(super::UnaryOp::Step).block_f64(ins, out)
-    }
-}
-
-impl Elementwise for SurrogateGrad {
-    fn block_op(&self) -> Option<crate::graph::BlockOp> {
-        Some(crate::graph::BlockOp::Surrogate(self.0))
-    }
-    fn arity(&self) -> usize {
-        1
-    }
-    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
-        surrogate_block(self.0, ins[0], out)
-    }
-    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
-        surrogate_block(self.0, ins[0], out)
-    }
-}
-
-impl Primitive for SurrogateGrad {
-    fn name(&self) -> String {
-        "spike_surrogate_grad".into()
-    }
-    fn params(&self) -> Vec<(String, String)> {
-        vec![("surrogate".into(), self.0.describe())]
-    }
-    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
-        Ok(vec![float_operand("spike_surrogate_grad", inputs)?])
-    }
-    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        const OP: &str = "spike_surrogate_grad";
-        check_arity(OP, inputs, 1)?;
-        let s = self.0;
-        let d = match inputs[0].data_for(OP)? {
-            ArrayData::F32(a) => ArrayData::F32(surrogate_kernel(s, a)),
-            ArrayData::F64(a) => ArrayData::F64(surrogate_kernel(s, a)),
-            other => {
-                return Err(Error::dtype_with(
-                    OP,
-                    "the membrane potential",
-                    DType::FLOATS,
-                    other.dtype(),
-                    format!("shape {:?}", other.shape()),
-                ))
-            }
-        };
-        Ok(vec![Tensor::from_data(d)])
-    }
-    fn jvp(
-        &self,
-        p: &[Tensor],
-        t: &[Option<Tensor>],
-    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
-        check_arity("spike_surrogate_grad", p, 1)?;
-        let y = bind1(Arc::new(self.clone()), &p[..1])?;
-        let dt = match t.first().and_then(Option::as_ref) {
-            Some(t) => Some(t.mul(&self.0.second_derivative(&p[0])?)?),
-            None => None,
-        };
-        Ok((vec![y], vec![dt]))
-    }
-    fn batch(
-        &self,
-        args: &[Tensor],
-        batched: &[bool],
-        _size: usize,
-    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
-        check_arity("spike_surrogate_grad", args, 1)?;
-        Ok((
-            vec![bind1(Arc::new(self.clone()), &args[..1])?],
-            vec![batched[0]],
-        ))
-    }
-    fn elementwise(&self) -> Option<&dyn Elementwise> {
-        Some(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -214,7 +120,7 @@ impl Tensor {
 
 #[cfg(test)]
 mod tests {
-    use super::super::surrogate::surrogate_loop;
+    use super::super::surrogate::{surrogate_block, surrogate_loop};
     use super::*;
     use crate::tensor::DType;
     use num_traits::Float;

@@ -5,16 +5,112 @@
 //! (braintools') definitions; `alpha` sets the sharpness (see the table in
 //! [`ops::spike`](super::spike)).
 
-use super::spike::SurrogateGrad;
+use super::check_arity;
 use crate::error::{Error, Result};
-use crate::graph::bind1;
-use crate::tensor::Tensor;
+use crate::graph::{bind1, Elementwise, Primitive};
+use crate::tensor::{ArrayData, Aval, DType, Tensor};
 use ndarray::ArrayD;
 use num_traits::Float;
+use std::any::Any;
 use std::f64::consts::PI;
 use std::sync::Arc;
 
 pub use crate::graph::block_op::Surrogate;
+
+pub(super) fn float_operand(op: &str, inputs: &[Aval]) -> Result<Aval> {
+    check_arity(op, inputs, 1)?;
+    if !inputs[0].dtype().is_float() {
+        return Err(Error::dtype_with(
+            op,
+            "the membrane potential",
+            DType::FLOATS,
+            inputs[0].dtype(),
+            format!("shape {:?}", inputs[0].shape()),
+        ));
+    }
+    Ok(inputs[0].clone())
+}
+
+/// The surrogate derivative `g(u)` as a primitive (one fused kernel).
+#[derive(Clone, Debug)]
+pub struct SurrogateGrad(pub Surrogate);
+
+impl Elementwise for SurrogateGrad {
+    fn block_op(&self) -> Option<crate::graph::BlockOp> {
+        Some(crate::graph::BlockOp::Surrogate(self.0))
+    }
+    fn arity(&self) -> usize {
+        1
+    }
+    fn block_f32(&self, ins: &[&[f32]], out: &mut [f32]) {
+        surrogate_block(self.0, ins[0], out)
+    }
+    fn block_f64(&self, ins: &[&[f64]], out: &mut [f64]) {
+        surrogate_block(self.0, ins[0], out)
+    }
+}
+
+impl Primitive for SurrogateGrad {
+    fn name(&self) -> String {
+        "spike_surrogate_grad".into()
+    }
+    fn params(&self) -> Vec<(String, String)> {
+        vec![("surrogate".into(), self.0.describe())]
+    }
+    fn abstract_eval(&self, inputs: &[Aval]) -> Result<Vec<Aval>> {
+        Ok(vec![float_operand("spike_surrogate_grad", inputs)?])
+    }
+    fn eval(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        const OP: &str = "spike_surrogate_grad";
+        check_arity(OP, inputs, 1)?;
+        let s = self.0;
+        let d = match inputs[0].data_for(OP)? {
+            ArrayData::F32(a) => ArrayData::F32(surrogate_kernel(s, a)),
+            ArrayData::F64(a) => ArrayData::F64(surrogate_kernel(s, a)),
+            other => {
+                return Err(Error::dtype_with(
+                    OP,
+                    "the membrane potential",
+                    DType::FLOATS,
+                    other.dtype(),
+                    format!("shape {:?}", other.shape()),
+                ))
+            }
+        };
+        Ok(vec![Tensor::from_data(d)])
+    }
+    fn jvp(
+        &self,
+        p: &[Tensor],
+        t: &[Option<Tensor>],
+    ) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+        check_arity("spike_surrogate_grad", p, 1)?;
+        let y = bind1(Arc::new(self.clone()), &p[..1])?;
+        let dt = match t.first().and_then(Option::as_ref) {
+            Some(t) => Some(t.mul(&self.0.second_derivative(&p[0])?)?),
+            None => None,
+        };
+        Ok((vec![y], vec![dt]))
+    }
+    fn batch(
+        &self,
+        args: &[Tensor],
+        batched: &[bool],
+        _size: usize,
+    ) -> Result<(Vec<Tensor>, Vec<bool>)> {
+        check_arity("spike_surrogate_grad", args, 1)?;
+        Ok((
+            vec![bind1(Arc::new(self.clone()), &args[..1])?],
+            vec![batched[0]],
+        ))
+    }
+    fn elementwise(&self) -> Option<&dyn Elementwise> {
+        Some(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 impl Default for Surrogate {
     /// braintrace's default: the arctan surrogate with `alpha = 2`, i.e.
