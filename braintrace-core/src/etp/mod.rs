@@ -21,20 +21,19 @@ mod calls;
 mod check;
 mod custom_kernel;
 mod eqn;
-mod options;
 mod params;
 mod primitive;
 mod registration;
 mod registry;
 mod rules;
-mod spec;
 mod trace_kernel;
 
 pub use check::{check_rules, RuleCheck, RuleReport};
 pub use custom_kernel::{CustomKernel, CustomTraceKernel, TraceStep};
 pub use eqn::{as_etp_eqn, decomposition_warnings, EtpEqn};
-pub use options::{lazy_counterpart, Counterpart, PrimitiveOptions};
 pub use params::{apply_fn, times_derivative, ElemFn, ParamType, ParamValue, Params};
+pub use primitive::options::{lazy_counterpart, Counterpart, PrimitiveOptions};
+pub use primitive::spec::{EtpPrimitiveSpec, ImplFn};
 pub use primitive::EtpPrimitive;
 pub use registration::{
     all_primitives, ensure_static_registrations, get_primitive_spec, lookup_primitive,
@@ -48,5 +47,4 @@ pub use registry::{
 pub use rules::{
     sole, AvalMap, EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW,
 };
-pub use spec::{EtpPrimitiveSpec, ImplFn};
 pub use trace_kernel::{Role, Scale, TraceKernel, TraceKernelDecl};

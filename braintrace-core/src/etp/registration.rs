@@ -8,10 +8,10 @@
 //! registration can never claim one of their names, whatever the call
 //! order: it is refused with an error naming both definitions.
 
-use super::options::PrimitiveOptions;
 use super::params::Params;
+use super::primitive::options::PrimitiveOptions;
+use super::primitive::spec::EtpPrimitiveSpec;
 use super::primitive::EtpPrimitive;
-use super::spec::EtpPrimitiveSpec;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::collections::BTreeMap;

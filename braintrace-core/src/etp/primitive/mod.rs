@@ -5,15 +5,18 @@
 //! `registration`'s job; the checked rule calls are in `calls`, the graph
 //! equation in `eqn`.
 
-use super::options::{validate_layout, Counterpart, PrimitiveOptions};
+pub(super) mod options;
+pub(super) mod spec;
+
 use super::params::Params;
 use super::rules::{
     EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, TensorMap, XyToDw, YwToW,
 };
-use super::spec::{EtpPrimitiveSpec, ImplFn};
 use super::trace_kernel::TraceKernel;
 use crate::error::{Error, Result};
 use crate::tensor::{Aval, Tensor};
+use options::{validate_layout, Counterpart, PrimitiveOptions};
+use spec::{EtpPrimitiveSpec, ImplFn};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};

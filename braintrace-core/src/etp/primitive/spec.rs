@@ -4,9 +4,9 @@
 //! it, and `get_primitive_spec` returns that very spec.
 
 use super::options::PrimitiveOptions;
-use super::params::Params;
-use super::rules::{EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, XyToDw, YwToW};
 use crate::error::Result;
+use crate::etp::params::Params;
+use crate::etp::rules::{EtpRules, InitDrtrl, InitPp, InstantDrtrl, SolveDrtrl, XyToDw, YwToW};
 use crate::tensor::Tensor;
 use std::fmt;
 use std::sync::Arc;
@@ -69,7 +69,7 @@ impl EtpPrimitiveSpec {
         self
     }
     /// Every rule of the spec, for registration.
-    pub(super) fn rules(&self) -> EtpRules {
+    pub(in crate::etp) fn rules(&self) -> EtpRules {
         EtpRules {
             yw_to_w: Some(self.yw_to_w.clone()),
             xy_to_dw: Some(self.xy_to_dw.clone()),

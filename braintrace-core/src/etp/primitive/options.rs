@@ -3,9 +3,9 @@
 //! a layout is sound. A counterpart names another primitive, so this file
 //! refers to the handle's type; it calls nothing of the handle.
 
-use super::primitive::EtpPrimitive;
-use super::trace_kernel::{TraceKernel, TraceKernelDecl};
+use super::EtpPrimitive;
 use crate::error::{Error, Result};
+use crate::etp::trace_kernel::{TraceKernel, TraceKernelDecl};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -27,7 +27,7 @@ impl fmt::Debug for Counterpart {
     }
 }
 
-/// Options of [`register_primitive`](super::register_primitive): flags and layout.
+/// Options of [`register_primitive`](crate::etp::register_primitive): flags and layout.
 ///
 /// Defaults follow the seed: `x` is operand 0, the trainable `weight` is
 /// operand 1, not batched, not gradient-enabled.
@@ -116,7 +116,7 @@ impl PrimitiveOptions {
         self
     }
     /// Declare the trace kernel as chosen per equation from its params.
-    pub fn trace_kernel_with(mut self, f: fn(&super::Params) -> Option<TraceKernel>) -> Self {
+    pub fn trace_kernel_with(mut self, f: fn(&crate::etp::Params) -> Option<TraceKernel>) -> Self {
         self.trace_kernel = Some(TraceKernelDecl::Chosen(f));
         self
     }
@@ -136,7 +136,7 @@ pub fn lazy_counterpart(mut o: PrimitiveOptions, f: fn() -> EtpPrimitive) -> Pri
 
 /// Check the layout of primitive `name`: at least one trainable, no name
 /// or operand index used twice, every index within `num_args`.
-pub(super) fn validate_layout(name: &str, o: &PrimitiveOptions) -> Result<()> {
+pub(in crate::etp) fn validate_layout(name: &str, o: &PrimitiveOptions) -> Result<()> {
     let mut seen = HashSet::new();
     let mut names = HashSet::new();
     if o.trainables.is_empty() {
