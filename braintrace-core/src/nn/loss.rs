@@ -377,7 +377,7 @@ mod tests {
         let (_, jt) = jvp(rows, std::slice::from_ref(&x), std::slice::from_ref(&t)).unwrap();
         let ct = draw(&[3, 2], 13, 1.0);
         let (_, back) = vjp(rows, std::slice::from_ref(&x)).unwrap();
-        let jct = back.apply(&[ct.clone()]).unwrap();
+        let jct = back.apply(std::slice::from_ref(&ct)).unwrap();
         let dot = |a: &Tensor, b: &Tensor| a.mul(b).unwrap().sum_all().unwrap().item().unwrap();
         let (l, r) = (dot(&jt[0], &ct), dot(&t, &jct[0]));
         assert!((l - r).abs() <= 1e-12 * (1.0 + l.abs()), "{l} vs {r}");

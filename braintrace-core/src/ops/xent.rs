@@ -260,7 +260,7 @@ fn batch_rows(
 }
 
 /// Softmax cross-entropy of each row of `logits` against its integer label
-/// (see the [module](self)); one equation under tracing.
+/// (`softmax_xent`); one equation under tracing.
 #[derive(Clone, Debug)]
 pub struct SoftmaxXent;
 
@@ -435,8 +435,9 @@ impl Primitive for SoftmaxXentLinear {
 
 /// Softmax cross-entropy of each row of `logits (*lead, C)` against its
 /// class index in `labels (*lead)` (any dtype; whole numbers), without the
-/// mean: one `softmax_xent` equation under tracing (see the
-/// [module](self)).
+/// mean: one `softmax_xent` equation under tracing. Its derivative is
+/// [`SoftmaxXentLinear`], `p S − onehot` per row (`p = softmax(x)`,
+/// `S` the number of classes equal to the label, 1 for a class index).
 pub fn softmax_xent(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     bind1(Arc::new(SoftmaxXent), &[logits.clone(), labels.clone()])
 }
