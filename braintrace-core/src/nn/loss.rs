@@ -9,7 +9,8 @@
 //! Classes are on the last axis.
 
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::ops::softmax_xent;
+use crate::tensor::Tensor;
 
 /// Mean squared error `mean((pred − target)²)` (shapes broadcast).
 pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -82,19 +83,22 @@ pub fn softmax_cross_entropy_with_integer_labels(
 ) -> Result<Tensor> {
     let op = "softmax_cross_entropy_with_integer_labels";
     let ax = last_axis(op, logits)?;
-    let onehot = one_hot(op, labels, logits.shape()[ax], logits.dtype())?;
-    if onehot.shape() != logits.shape() {
+    check_labels(op, labels, logits.shape()[ax])?;
+    if labels.shape() != &logits.shape()[..ax] {
         return Err(Error::shapes(
             op,
             [logits.shape(), labels.shape()],
             "labels must have the logits' shape without the class axis",
         ));
     }
-    softmax_cross_entropy(logits, &onehot)
+    // One `softmax_xent` equation per row block (and one in the backward
+    // pass) rather than the one-hot and log-softmax in core ops: the same
+    // sums, a few dozen fewer equations per step.
+    softmax_xent(logits, labels)?.mean_all()
 }
 
-/// `labels` (class indices) as one-hot rows of `classes` entries.
-fn one_hot(op: &str, labels: &Tensor, classes: usize, dtype: DType) -> Result<Tensor> {
+/// Concrete `labels` must be class indices in `[0, classes)`.
+fn check_labels(op: &str, labels: &Tensor, classes: usize) -> Result<()> {
     if !labels.is_symbolic() {
         let vals = labels.to_vec_f64()?;
         if let Some(bad) = vals
@@ -107,13 +111,7 @@ fn one_hot(op: &str, labels: &Tensor, classes: usize, dtype: DType) -> Result<Te
             ));
         }
     }
-    let ids: Vec<f64> = (0..classes).map(|c| c as f64).collect();
-    let ids = Tensor::from_vec(ids, &[classes])?;
-    labels
-        .cast(DType::F64)?
-        .expand_dims(labels.ndim())?
-        .eq_elem(&ids)?
-        .cast(dtype)
+    Ok(())
 }
 
 /// Binary cross-entropy with logits, `mean(max(x, 0) − x·t + log(1 + e^−|x|))`
@@ -189,6 +187,7 @@ pub fn accuracy(logits: &Tensor, labels: &Tensor) -> Result<f64> {
 mod tests {
     use super::*;
     use crate::nn::init::Rng;
+    use crate::tensor::DType;
     use crate::transform::grad;
 
     fn draw(shape: &[usize], seed: u64, scale: f64) -> Tensor {
@@ -319,6 +318,138 @@ mod tests {
         let y = draw(&[2, 3, 5], 8, 1.0);
         check_fd(|a| mse(a, &y), &x);
         check_fd(|a| log_softmax(a)?.mul(&y)?.sum_all(), &x);
+    }
+
+    /// The integer-label loss as the one-hot written with core ops and
+    /// `softmax_cross_entropy` (the composition `softmax_xent` replaces).
+    fn xent_by_core_ops(x: &Tensor, labels: &Tensor) -> Result<Tensor> {
+        let c = *x.shape().last().unwrap();
+        let ids = Tensor::from_vec((0..c).map(|k| k as f64).collect(), &[c])?;
+        let oh = labels
+            .expand_dims(labels.ndim())?
+            .eq_elem(&ids)?
+            .cast(x.dtype())?;
+        softmax_cross_entropy(x, &oh)
+    }
+
+    #[test]
+    fn softmax_xent_matches_core_ops_under_transforms() {
+        use crate::transform::{jit, jvp, vjp, vmap};
+        let x = draw(&[3, 2, 5], 11, 3.0);
+        let labels = Tensor::from_vec(vec![0.0, 4.0, 2.0, 1.0, 3.0, 3.0], &[3, 2]).unwrap();
+        let close = |a: &Tensor, b: &Tensor, what: &str| {
+            assert_eq!(a.shape(), b.shape(), "{what}");
+            for (u, v) in a.to_vec_f64().unwrap().iter().zip(b.to_vec_f64().unwrap()) {
+                assert!(
+                    (u - v).abs() <= 1e-13 * (1.0 + v.abs()),
+                    "{what}: {u} vs {v}"
+                );
+            }
+        };
+        let fused = |a: &[Tensor]| -> Result<Vec<Tensor>> {
+            Ok(vec![softmax_cross_entropy_with_integer_labels(
+                &a[0], &a[1],
+            )?])
+        };
+        let core =
+            |a: &[Tensor]| -> Result<Vec<Tensor>> { Ok(vec![xent_by_core_ops(&a[0], &a[1])?]) };
+        let args = [x.clone(), labels.clone()];
+        // Values, eagerly and under jit (labels symbolic, so not checked).
+        close(&fused(&args).unwrap()[0], &core(&args).unwrap()[0], "value");
+        close(
+            &jit(fused)(&args).unwrap()[0],
+            &core(&args).unwrap()[0],
+            "jit value",
+        );
+        // Reverse mode (the transposed linear map), under jit too.
+        let gf = grad(|a: &[Tensor]| softmax_cross_entropy_with_integer_labels(&a[0], &labels));
+        let gc = grad(|a: &[Tensor]| xent_by_core_ops(&a[0], &labels));
+        let want = gc(std::slice::from_ref(&x)).unwrap();
+        close(&gf(std::slice::from_ref(&x)).unwrap()[0], &want[0], "grad");
+        let jg = jit(|a: &[Tensor]| {
+            grad(|b: &[Tensor]| softmax_cross_entropy_with_integer_labels(&b[0], &a[1]))(&a[..1])
+        });
+        close(&jg(&args).unwrap()[0], &want[0], "jit grad");
+        // Forward mode (the linear map) and its transpose agree: ⟨J t, c⟩ = ⟨t, Jᵀ c⟩.
+        let rows =
+            |a: &[Tensor]| -> Result<Vec<Tensor>> { Ok(vec![softmax_xent(&a[0], &labels)?]) };
+        let t = draw(&[3, 2, 5], 12, 1.0);
+        let (_, jt) = jvp(rows, std::slice::from_ref(&x), std::slice::from_ref(&t)).unwrap();
+        let ct = draw(&[3, 2], 13, 1.0);
+        let (_, back) = vjp(rows, std::slice::from_ref(&x)).unwrap();
+        let jct = back.apply(std::slice::from_ref(&ct)).unwrap();
+        let dot = |a: &Tensor, b: &Tensor| a.mul(b).unwrap().sum_all().unwrap().item().unwrap();
+        let (l, r) = (dot(&jt[0], &ct), dot(&t, &jct[0]));
+        assert!((l - r).abs() <= 1e-12 * (1.0 + l.abs()), "{l} vs {r}");
+        // Batched: over the logits only, and over both.
+        let per = |a: &[Tensor]| -> Result<Vec<Tensor>> { Ok(vec![softmax_xent(&a[0], &a[1])?]) };
+        let core_rows = |a: &Tensor, l: &Tensor| -> Tensor {
+            let c = *a.shape().last().unwrap();
+            let ids = Tensor::from_vec((0..c).map(|k| k as f64).collect(), &[c]).unwrap();
+            let oh = l
+                .expand_dims(l.ndim())
+                .unwrap()
+                .eq_elem(&ids)
+                .unwrap()
+                .cast(a.dtype())
+                .unwrap();
+            oh.mul(&log_softmax(a).unwrap())
+                .unwrap()
+                .sum(&[a.ndim() - 1])
+                .unwrap()
+                .neg()
+                .unwrap()
+        };
+        let l2 = Tensor::from_vec(vec![1.0, 4.0], &[2]).unwrap();
+        let b1 = vmap(per, vec![Some(0), None])(&[x.clone(), l2.clone()]).unwrap();
+        close(&b1[0], &core_rows(&x, &l2), "vmap logits");
+        let b2 = vmap(per, vec![Some(0), Some(0)])(&args).unwrap();
+        close(&b2[0], &core_rows(&x, &labels), "vmap both");
+        // One equation forward, one backward.
+        let g = crate::transform::make_graph(fused, &[x.aval(), labels.aval()]).unwrap();
+        assert_eq!(
+            g.eqns
+                .iter()
+                .filter(|e| e.prim.name() == "softmax_xent")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn softmax_xent_in_f32_and_second_order_is_an_error() {
+        let x = draw(&[4, 3], 14, 2.0);
+        let labels = Tensor::from_vec(vec![0.0, 2.0, 1.0, 1.0], &[4]).unwrap();
+        let want = grad(|a: &[Tensor]| xent_by_core_ops(&a[0], &labels))(std::slice::from_ref(&x))
+            .unwrap()[0]
+            .to_vec_f64()
+            .unwrap();
+        let x32 = x.cast(DType::F32).unwrap();
+        let f = |a: &[Tensor]| softmax_cross_entropy_with_integer_labels(&a[0], &labels);
+        let got = grad(f)(std::slice::from_ref(&x32)).unwrap()[0].clone();
+        assert_eq!(got.dtype(), DType::F32);
+        for (u, v) in got.to_vec_f64().unwrap().iter().zip(&want) {
+            assert!((u - v).abs() < 1e-6, "{u} vs {v}");
+        }
+        let gg = grad(|a: &[Tensor]| grad(f)(a)?[0].sum_all())(std::slice::from_ref(&x));
+        let e = gg.unwrap_err().to_string();
+        assert!(e.contains("softmax_xent_linear"), "{e}");
+        // Bad operands of the primitive itself: typed errors.
+        assert!(matches!(
+            softmax_xent(&x, &Tensor::from_vec(vec![0.0; 3], &[3]).unwrap()),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            softmax_xent(&labels, &Tensor::from_vec(vec![0.0; 2], &[2]).unwrap()),
+            Err(Error::Shape { .. })
+        ));
+        // Integer logits: a dtype error.
+        let xi = Tensor::from_vec(vec![1.0, 2.0], &[1, 2])
+            .unwrap()
+            .cast(DType::I64)
+            .unwrap();
+        let l1 = Tensor::from_vec(vec![0.0], &[1]).unwrap();
+        assert!(matches!(softmax_xent(&xi, &l1), Err(Error::DType { .. })));
     }
 
     #[test]

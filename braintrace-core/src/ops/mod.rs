@@ -11,12 +11,14 @@ pub mod linalg;
 pub mod shape;
 mod spike;
 mod surrogate;
+mod xent;
 
 pub use crate::tensor::avals;
 pub use conv::{conv_general, ConvDimensionNumbers, ConvPadding, ConvParams};
 pub use elementwise::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
 pub use spike::{spike, Spike, Surrogate, SurrogateGrad};
 pub(crate) use surrogate::surrogate_block;
+pub use xent::{softmax_xent, SoftmaxXent, SoftmaxXentLinear};
 
 use crate::error::{Error, Result};
 use crate::graph::{bind, bind1, Primitive};
