@@ -206,23 +206,7 @@ impl CustomLeaf {
     }
 
     pub(crate) fn check_raw(&self, i: usize, r: &Tensor) -> Result<()> {
-        if r.dtype() != self.trace.dtype() {
-            return Err(Error::dtype_with(
-                "Learner::resume",
-                format!("saved fused trace {i}"),
-                [self.trace.dtype()],
-                r.dtype(),
-                "the saved trace's dtype is not the learner's",
-            ));
-        }
-        if r.shape() != self.trace.shape() {
-            return Err(Error::shapes(
-                "Learner::resume",
-                [r.shape().to_vec(), self.trace.shape().to_vec()],
-                format!("saved fused trace {i} (first) does not have the learner's shape (second)"),
-            ));
-        }
-        Ok(())
+        check_saved(i, r, self.trace.dtype(), self.trace.shape())
     }
 
     pub(crate) fn set_raw(&mut self, r: &Tensor) -> Result<()> {
@@ -248,4 +232,26 @@ fn deep_copy(t: &Tensor) -> Tensor {
         Ok(d) => Tensor::from_data(d.clone()),
         Err(_) => t.clone(),
     }
+}
+
+/// Whether saved fused trace `i` (`r`) has the learner's dtype and shape,
+/// for `Learner::resume`.
+pub(crate) fn check_saved(i: usize, r: &Tensor, dtype: DType, shape: &[usize]) -> Result<()> {
+    if r.dtype() != dtype {
+        return Err(Error::dtype_with(
+            "Learner::resume",
+            format!("saved fused trace {i}"),
+            [dtype],
+            r.dtype(),
+            "the saved trace's dtype is not the learner's",
+        ));
+    }
+    if r.shape() != shape {
+        return Err(Error::shapes(
+            "Learner::resume",
+            [r.shape().to_vec(), shape.to_vec()],
+            format!("saved fused trace {i} (first) does not have the learner's shape (second)"),
+        ));
+    }
+    Ok(())
 }

@@ -26,7 +26,7 @@
 //! the first compile against the rules, and by tests against the generic
 //! path.
 
-use super::custom_trace::CustomLeaf;
+use super::custom_trace::{check_saved, CustomLeaf};
 use crate::error::{Error, Result};
 use crate::etp::{apply_fn, ElemFn, ParamType, ParamValue, Params, Role, TraceKernel};
 use crate::kernels::pages;
@@ -464,23 +464,7 @@ impl FastTrace {
         if let Some(c) = &self.custom {
             return c.check_raw(i, r);
         }
-        if r.dtype() != self.data.widened_dtype() {
-            return Err(Error::dtype_with(
-                "Learner::resume",
-                format!("saved fused trace {i}"),
-                [self.data.widened_dtype()],
-                r.dtype(),
-                "the saved trace's dtype is not the learner's",
-            ));
-        }
-        if r.shape() != self.data.shape() {
-            return Err(Error::shapes(
-                "Learner::resume",
-                [r.shape().to_vec(), self.data.shape().to_vec()],
-                format!("saved fused trace {i} (first) does not have the learner's shape (second)"),
-            ));
-        }
-        Ok(())
+        check_saved(i, r, self.data.widened_dtype(), self.data.shape())
     }
     /// Replace the trace buffer by `r` (checked by [`check_raw`](Self::check_raw)).
     pub(crate) fn set_raw(&mut self, r: &Tensor) -> Result<()> {
