@@ -78,7 +78,7 @@ mod x86 {
             Vec::new()
         };
         for (b, piece) in part.iter_mut().enumerate() {
-            let ahead = Ahead::new(piece);
+            let ahead = Ahead::new(piece, ctx.prefetch);
             let mut fetched = 0;
             let db = &d[b * no..(b + 1) * no];
             let dfb = &df[b * no..(b + 1) * no];
@@ -127,31 +127,10 @@ mod x86 {
         let xv = _mm512_set1_ps(xi);
         let small = _mm512_set1_ps(tiny::<f32>());
         let (e, gr) = (&mut erow[..full], &mut grow[..full]);
-        let (d, f) = (
-            db[..full].chunks_exact(32),
-            dfb[..full].chunks_exact(32),
-        );
+        let (d, f) = (db[..full].chunks_exact(32), dfb[..full].chunks_exact(32));
         match (gb, solve) {
-            (Some(gb), Solve::After | Solve::Before) => {
-                let before = solve == Solve::Before;
-                let g = gb[..full].chunks_exact(32);
-                for ((((e, gr), d), f), g) in e
-                    .chunks_exact_mut(32)
-                    .zip(gr.chunks_exact_mut(32))
-                    .zip(d)
-                    .zip(f)
-                    .zip(g)
-                {
-                    let (lo, hi) = widen(e);
-                    let vlo = update(lo, &d[..16], &f[..16], xv, small);
-                    let vhi = update(hi, &d[16..], &f[16..], xv, small);
-                    narrow(e, vlo, vhi);
-                    let (slo, shi) = if before { (lo, hi) } else { (vlo, vhi) };
-                    let (glo, ghi) = gr.split_at_mut(16);
-                    accumulate(glo, &g[..16], slo);
-                    accumulate(ghi, &g[16..], shi);
-                }
-            }
+            (Some(gb), Solve::After) => with_grad::<false>(e, gr, d, f, &gb[..full], xv, small),
+            (Some(gb), Solve::Before) => with_grad::<true>(e, gr, d, f, &gb[..full], xv, small),
             _ => {
                 for ((e, d), f) in e.chunks_exact_mut(32).zip(d).zip(f) {
                     let (lo, hi) = widen(e);
@@ -170,6 +149,37 @@ mod x86 {
             gb.map(|g| &g[full..n]),
             solve,
         );
+    }
+
+    /// [`row`]'s whole vectors with a gradient: from the trace before the
+    /// update (`BEFORE`) or after it.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")]
+    #[inline]
+    fn with_grad<const BEFORE: bool>(
+        e: &mut [bf16],
+        gr: &mut [f32],
+        d: std::slice::ChunksExact<'_, f32>,
+        f: std::slice::ChunksExact<'_, f32>,
+        g: &[f32],
+        xv: __m512,
+        small: __m512,
+    ) {
+        for ((((e, gr), d), f), g) in e
+            .chunks_exact_mut(32)
+            .zip(gr.chunks_exact_mut(32))
+            .zip(d)
+            .zip(f)
+            .zip(g.chunks_exact(32))
+        {
+            let (lo, hi) = widen(e);
+            let vlo = update(lo, &d[..16], &f[..16], xv, small);
+            let vhi = update(hi, &d[16..], &f[16..], xv, small);
+            narrow(e, vlo, vhi);
+            let (slo, shi) = if BEFORE { (lo, hi) } else { (vlo, vhi) };
+            let (glo, ghi) = gr.split_at_mut(16);
+            accumulate(glo, &g[..16], slo);
+            accumulate(ghi, &g[16..], shi);
+        }
     }
 
     /// 16 `f32` from `v[..16]`.

@@ -32,7 +32,12 @@ pub(crate) trait Store<T: KernelFloat>: Copy + Send + Sync + 'static {
     /// `false` (nothing done) otherwise. The result is bit for bit the
     /// generic loop's.
     #[inline(always)]
-    fn dense_block(_ctx: &Ctx<'_, T>, _k: usize, _part: &mut [&mut [Self]], _grad: &mut [T]) -> bool {
+    fn dense_block(
+        _ctx: &Ctx<'_, T>,
+        _k: usize,
+        _part: &mut [&mut [Self]],
+        _grad: &mut [T],
+    ) -> bool {
         false
     }
 }
@@ -85,7 +90,12 @@ impl Store<f32> for bf16 {
         super::flush(v)
     }
     #[inline(always)]
-    fn dense_block(ctx: &Ctx<'_, f32>, k: usize, part: &mut [&mut [Self]], grad: &mut [f32]) -> bool {
+    fn dense_block(
+        ctx: &Ctx<'_, f32>,
+        k: usize,
+        part: &mut [&mut [Self]],
+        grad: &mut [f32],
+    ) -> bool {
         super::bf16x::dense_block(ctx, k, part, grad)
     }
 }

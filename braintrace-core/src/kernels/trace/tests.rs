@@ -295,7 +295,16 @@ fn the_bf16_loop_equals_the_generic_one_bit_for_bit() {
         .num_threads(3)
         .build()
         .unwrap();
-    let special = [1e-20f32, -3e-21, 0.0, -0.0, f32::INFINITY, f32::NAN, 1e30, -2.5];
+    let special = [
+        1e-20f32,
+        -3e-21,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NAN,
+        1e30,
+        -2.5,
+    ];
     let mut runs = 0;
     for &(batch, ni, no, s, has_x) in &[
         (2, 5, 3, 1, true),
