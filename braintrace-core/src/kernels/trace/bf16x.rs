@@ -2,14 +2,16 @@
 //! neuron (`S = 1`, whatever the model: its `D` is diagonal), written with
 //! AVX-512 and its BF16 extension where the CPU has both.
 //!
-//! The generic loop ([`row1`] in the compute type, loaded and rounded by
-//! [`Store`](super::Store)) spells the rounding to bf16 out as integer
-//! operations (`bf16_bits`: about a dozen per vector) and widens through
-//! 32-bit lanes: per 16 values some 20 instructions, against 12 here, where
-//! `vcvtne2ps2bf16` rounds 32 values in one. GRU 512×64, one core of an AMD
-//! Zen 5, the trace loop alone with everything in cache: 0.070 → 0.050 ms
-//! per 64×8×512×2 values; at full size, with the loop's software prefetch
-//! ([`PREFETCH_BYTES`]), 5.0 → 4.3 ms/step.
+//! The generic loop ([`row1`](super::dense::row1) in the compute type,
+//! loaded and rounded by [`Store`](super::Store)) spells the rounding to
+//! bf16 out as integer operations (`bf16_bits`: about a dozen per vector)
+//! and widens through 32-bit lanes: per 16 values some 20 instructions,
+//! against 12 here, where `vcvtne2ps2bf16` rounds 32 values in one. GRU
+//! 512×64, one core of an AMD Zen 5, a stand-alone copy of the loop with
+//! everything in cache: 0.070 → 0.050 ms per 64×8×512×2 values; at full
+//! size, with the loop's software prefetch
+//! ([`PREFETCH_BYTES`](super::dense::PREFETCH_BYTES)), 5.0 → 4.3 ms/step;
+//! `bench_learn` (the whole step): 7.6–7.9 → 4.7–5.3 ms of CPU time.
 //!
 //! Bit for bit the generic loop's results: the same operations in the same
 //! order (two products and a sum, no fused multiply-add; the flush; the

@@ -173,7 +173,7 @@ pub(crate) fn block_body<T: KernelFloat, E: Store<T>, const SCALED: bool>(
     };
     let elem = std::mem::size_of::<E>();
     for (b, piece) in part.iter_mut().enumerate() {
-        // The piece's bytes asked for in advance so far (see `prefetch`).
+        // The piece's bytes asked for in advance so far (see [`Ahead`]).
         let ahead = Ahead::new(piece, ctx.prefetch);
         let mut fetched = 0;
         let db = &d[b * no * s * s..(b + 1) * no * s * s];
@@ -216,10 +216,11 @@ pub(crate) fn block_body<T: KernelFloat, E: Store<T>, const SCALED: bool>(
         }
     }
 }
+
 /// How far ahead of the row being updated a trace run is asked for in
-/// software (`prefetch`), in bytes. The hardware prefetchers alone left the
+/// software ([`Ahead`]), in bytes. The hardware prefetchers alone left the
 /// fused loop well short of the memory's bandwidth on an AMD Zen 5 (one
-/// core, GRU 512×64, the trace loop alone: f32 7.2 ms/step, bf16 7.4;
+/// core, GRU 512×64, a stand-alone copy of the loop: f32 7.2 ms/step, bf16 7.4;
 /// with 6 KiB asked for ahead: 6.0 and 5.0; 2 KiB: 6.4 and 5.7; 12 KiB:
 /// no better than 6). Into L1 (`T0`): into L2 only was slower (bf16 4.7
 /// against 4.3 ms with the hand-written bf16 loop).
@@ -252,17 +253,22 @@ impl Ahead {
     /// (at most the run's end), one hint per 64 bytes; `*done` moves on.
     #[inline(always)]
     pub(crate) fn fetch(self, done: &mut usize, upto: usize) {
-        let upto = upto.min(self.len);
-        while *done < upto {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint: it never faults and changes no
-            // memory; the address lies inside the run (`*done < len`).
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(self.base.wrapping_add(*done).cast());
+        #[cfg(target_arch = "x86_64")]
+        {
+            let upto = upto.min(self.len);
+            while *done < upto {
+                // SAFETY: a prefetch is a hint: it never faults and changes
+                // no memory; the address lies inside the run
+                // (`*done < len`).
+                unsafe {
+                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                    _mm_prefetch::<_MM_HINT_T0>(self.base.wrapping_add(*done).cast());
+                }
+                *done += 64;
             }
-            *done += 64;
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (done, upto);
     }
 }
 
