@@ -3,8 +3,10 @@
 //! the gradient (see `learn::fast` for the learner's side, which arranges
 //! the operands and owns the buffers). Here: the row layout ([`Blocked`]),
 //! the dispatch by float type ([`run`]) and the flushing of tiny values;
-//! the dense loop in `dense`, the sparse one in `sparse`.
+//! the dense loop in `dense` (with bf16 storage and AVX-512 BF16, one state
+//! per neuron: `bf16x`), the sparse one in `sparse`.
 
+mod bf16x;
 mod dense;
 mod sparse;
 mod store;

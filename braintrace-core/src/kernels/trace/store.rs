@@ -8,6 +8,7 @@
 //! and `(f32, bf16)`. The gradient is always accumulated in the compute
 //! type (for bf16 traces: f32).
 
+use super::dense::Ctx;
 use super::{tiny, KernelFloat};
 use crate::error::{Error, Result};
 use crate::kernels::pages;
@@ -26,6 +27,19 @@ pub(crate) trait Store<T: KernelFloat>: Copy + Send + Sync + 'static {
     /// narrower of the two types, so that no stored value is subnormal and
     /// no product of two of them is either.
     fn flush(v: T) -> T;
+    /// Run block `k` of a fused dense step with a loop written for this
+    /// storage type, when it has one for this CPU and the step's shape;
+    /// `false` (nothing done) otherwise. The result is bit for bit the
+    /// generic loop's.
+    #[inline(always)]
+    fn dense_block(
+        _ctx: &Ctx<'_, T>,
+        _k: usize,
+        _part: &mut [&mut [Self]],
+        _grad: &mut [T],
+    ) -> bool {
+        false
+    }
 }
 
 impl<T: KernelFloat> Store<T> for T {
@@ -74,6 +88,15 @@ impl Store<f32> for bf16 {
     #[inline(always)]
     fn flush(v: f32) -> f32 {
         super::flush(v)
+    }
+    #[inline(always)]
+    fn dense_block(
+        ctx: &Ctx<'_, f32>,
+        k: usize,
+        part: &mut [&mut [Self]],
+        grad: &mut [f32],
+    ) -> bool {
+        super::bf16x::dense_block(ctx, k, part, grad)
     }
 }
 

@@ -280,3 +280,108 @@ fn the_kernel_equals_the_formula_on_one_and_several_threads() {
         }
     }
 }
+
+/// bf16 traces of an f32 model: the loop this CPU runs (the hand-written
+/// AVX-512 BF16 one where it can, `bf16x`) against the generic loop
+/// (reached by pretending the CPU has no AVX-512), bit for bit, on one and
+/// several threads: every solve, with and without a transform and an
+/// input, rows shorter than, equal to and longer than 32 values with a
+/// remainder, and values the flush zeroes, infinities and NaN among them.
+#[test]
+fn the_bf16_loop_equals_the_generic_one_bit_for_bit() {
+    use half::bf16;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let special = [
+        1e-20f32,
+        -3e-21,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NAN,
+        1e30,
+        -2.5,
+    ];
+    let mut runs = 0;
+    for &(batch, ni, no, s, has_x) in &[
+        (2, 5, 3, 1, true),
+        (3, 4, 32, 1, true),
+        (2, 7, 33, 1, false),
+        (2, 3, 64, 1, true),
+        (3, 5, 100, 1, true),
+        (1, 9, 517, 1, true),
+        (2, 3, 40, 2, true),
+    ] {
+        for (solve, scaled) in [Solve::None, Solve::After, Solve::Before]
+            .into_iter()
+            .flat_map(|s| [(s, false), (s, true)])
+        {
+            let dims = Dims {
+                batch,
+                i: ni,
+                o: no,
+                s,
+            };
+            let mut draw = |n: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|_| {
+                        if rng.random_range(0..20) == 0 {
+                            special[rng.random_range(0..special.len())]
+                        } else {
+                            rng.random_range(-1.5..1.5)
+                        }
+                    })
+                    .collect()
+            };
+            let e0: Vec<bf16> = draw(batch * ni * no * s)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let g0 = draw(ni * no);
+            let (x, d, df, g, scale) = (
+                draw(batch * ni),
+                draw(batch * no * s * s),
+                draw(batch * no * s),
+                draw(batch * no * s),
+                draw(ni * no),
+            );
+            let ops = Operands {
+                x: has_x.then_some(&x[..]),
+                d: &d,
+                df: &df,
+                g: Some(&g),
+                scale: scaled.then_some(&scale[..]),
+            };
+            let (mut ew, mut gw) = (e0.clone(), g0.clone());
+            crate::kernels::without_avx512(|| fused(dims, &mut ew, &mut gw, ops, solve, 1));
+            let want: Vec<u32> = ew
+                .iter()
+                .map(|v| v.to_bits() as u32)
+                .chain(gw.iter().map(|v| v.to_bits()))
+                .collect();
+            for threads in [1, 2, 3] {
+                let (mut e, mut gk) = (e0.clone(), g0.clone());
+                pool.install(|| fused(dims, &mut e, &mut gk, ops, solve, threads));
+                let got: Vec<u32> = e
+                    .iter()
+                    .map(|v| v.to_bits() as u32)
+                    .chain(gk.iter().map(|v| v.to_bits()))
+                    .collect();
+                for (at, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        a == b,
+                        "{dims:?} {solve:?} scaled {scaled} threads {threads}: value {at}: {a:#x} vs {b:#x}"
+                    );
+                }
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, 7 * 6 * 3);
+    if !super::bf16x::available() {
+        eprintln!("no AVX-512 BF16 on this CPU: the generic loop was compared with itself");
+    }
+}
