@@ -31,9 +31,9 @@
 //! `fast_paths(false)` to run the rules instead.
 
 use super::compiler::{HiddenGroup, Relation};
-use super::fast::{elem_fn, FastTrace, Solve};
+use super::fast::{FastTrace, Solve};
 use crate::error::{Error, Result};
-use crate::etp::{ElemFn, EtpPrimitive, ParamType, Params, Role, Scale, TensorMap, TraceKernel};
+use crate::etp::{EtpPrimitive, ParamType, Params, Role, TensorMap, TraceKernel};
 use crate::graph::Graph;
 use crate::prims::CsrStructure;
 use crate::tensor::{Aval, DType, Tensor};
@@ -42,56 +42,6 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
-
-/// The kind of computation a fused kernel runs (the learner's side of a
-/// declared [`TraceKernel`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FusedKind {
-    /// [`TraceKernel::Dense`].
-    Dense,
-    /// [`TraceKernel::Sparse`].
-    Sparse,
-    /// [`TraceKernel::Lora`].
-    Lora,
-    /// [`TraceKernel::Conv`].
-    Conv,
-    /// [`TraceKernel::Custom`].
-    Custom,
-}
-
-impl FusedKind {
-    pub(crate) fn of(k: &TraceKernel) -> Self {
-        match k {
-            TraceKernel::Dense { .. } => FusedKind::Dense,
-            TraceKernel::Sparse { .. } => FusedKind::Sparse,
-            TraceKernel::Lora { .. } => FusedKind::Lora,
-            TraceKernel::Custom(_) => FusedKind::Custom,
-            _ => FusedKind::Conv,
-        }
-    }
-}
-
-/// The transform of a trainable in `role` as the kernel scales it: an
-/// [`ElemFn`] param, or a constant `c` read as the transform `c · W`;
-/// `None` for the identity. An error when the param is unreadable.
-pub(crate) fn scale_fn(
-    kernel: &TraceKernel,
-    role: &Role,
-    params: &Params,
-) -> Result<Option<ElemFn>> {
-    match kernel.scale(role) {
-        Scale::One => Ok(None),
-        Scale::Fn(key) => elem_fn(params, &key),
-        Scale::Param(key) => {
-            let c = params.get::<f64>("D-RTRL fused kernel", &key)?;
-            Ok(Some(ElemFn::new(
-                &format!("{c} * w"),
-                move |w: &Tensor| w.mul_scalar(c),
-                move |w: &Tensor| w.ones_like().mul_scalar(c),
-            )))
-        }
-    }
-}
 
 /// Whether the traces and parameters of a relation have the shapes
 /// `kernel` is written for (`vs`: the hidden group's shape, batch

@@ -60,7 +60,7 @@ impl DrtrlRule {
             let grp = &eg.groups()[pair.group];
             let s = grp.num_state();
             let kernel = if algo.fast_paths {
-                crate::learn::fast::kernel_for(r, g, grp)?
+                crate::learn::kernel_check::kernel_for(r, g, grp)?
             } else {
                 None
             };
@@ -68,7 +68,7 @@ impl DrtrlRule {
             let keys = trace_keys(eg, pair)?;
             let xa = r.x_var.map(|v| g.aval(v));
             fast.push(kernel.is_some_and(|k| {
-                crate::learn::fast::shapes_fit(&k, xa, &grp.varshape, s, &keys, &weights, &r.params)
+                crate::learn::kernel_check::shapes_fit(&k, xa, &grp.varshape, s, &keys, &weights, &r.params)
             }));
             if !fast.last().copied().unwrap_or(false) {
                 program_dtype =
@@ -242,7 +242,7 @@ impl TraceRule for DrtrlRule {
                 continue;
             }
             let rel = &eg.relations()[pair.rel];
-            let kind = crate::learn::fast::declared(&rel.primitive, &rel.params)
+            let kind = crate::learn::kernel_check::declared(&rel.primitive, &rel.params)
                 .ok_or_else(|| Error::etp(rel.primitive.name(), "compile", "no fused kernel"))?;
             fast.push(DrtrlState::pair(
                 kind,

@@ -90,7 +90,7 @@ impl PpRule {
             }
             f_avals.push(Aval::new(&vs, init.dtype()));
             let is_dense = algo.fast_paths
-                && crate::learn::fast::kernel_for(r, g, grp)?
+                && crate::learn::kernel_check::kernel_for(r, g, grp)?
                     .as_ref()
                     .map(crate::learn::fast::FusedKind::of)
                     == Some(crate::learn::fast::FusedKind::Dense)
