@@ -178,6 +178,11 @@ pub enum Planned<'a> {
     /// The one operand's elements, in row-major order, in the output's
     /// shape.
     Reshape,
+    /// The one operand repeated to the output's shape (each output element
+    /// is the operand element its index maps to; no arithmetic). Not run
+    /// by the executor itself today; `jit`'s simplification reads a
+    /// broadcast of one element as that element.
+    Broadcast,
 }
 
 /// An element-wise primitive's kernel on one block of elements (see

@@ -24,7 +24,7 @@
 //! All are exact: no value changes, bit for bit.
 
 use crate::graph::{Graph, Planned, VarId};
-use crate::ops::shape::{BroadcastInDim, Reshape};
+use crate::ops::shape::Reshape;
 use crate::tensor::Aval;
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ pub(crate) fn unit_shape_ops(g: &mut Graph) -> usize {
 fn single_broadcast(g: &Graph, e: usize) -> Option<VarId> {
     let e = &g.eqns[e];
     let one = e.inputs.len() == 1 && e.outputs.len() == 1;
-    (one && e.prim.as_any().is::<BroadcastInDim>() && g.avals[e.inputs[0]].size() == 1)
+    (one && e.prim.planned() == Some(Planned::Broadcast) && g.avals[e.inputs[0]].size() == 1)
         .then(|| e.inputs[0])
 }
 

@@ -24,6 +24,9 @@ impl Primitive for BroadcastInDim {
     fn name(&self) -> String {
         "broadcast_in_dim".into()
     }
+    fn planned(&self) -> Option<Planned<'_>> {
+        Some(Planned::Broadcast)
+    }
     fn params(&self) -> Vec<(String, String)> {
         vec![
             ("shape".into(), fmt_list(&self.shape)),
