@@ -255,9 +255,13 @@ impl<T: PoolFloat> Blocks<'_, T> {
             return;
         }
         let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
-            for (row, &(_, b)) in self.rows.iter().zip(&f.rows) {
+            for ((row, &(_, b)), spread) in self.rows.iter().zip(&f.rows).zip(&f.spreads) {
                 let at = aligned(&bufs[b]);
-                fill_row(&mut bufs[b][at..at + len], row, start, f.size, self.order);
+                let dst = &mut bufs[b][at..at + len];
+                match spread {
+                    Some(s) => s.fill(dst, row, start, self.order),
+                    None => fill_row(dst, row, start, f.size, self.order),
+                }
             }
         };
         if self.period {
@@ -362,8 +366,10 @@ pub(super) fn run_fused<T: PoolFloat>(
     // column-major: a recurrent update `h' = a h + x` with a column-major
     // `x` then makes `h'` column-major, and the next step copies nothing.
     let mut arrays: Vec<&ArrayD<T>> = recast(std::mem::take(&mut pool.spare_arrays));
+    // (An input read for a reshape the plan skipped has the loop's
+    // shape up to axes of one: its own, checked.)
     for &v in &f.inputs {
-        arrays.push(operand(g, env, v, &f.shape)?);
+        arrays.push(operand(g, env, v, g.avals[v].shape())?);
     }
     let n_f = arrays
         .iter()
@@ -381,7 +387,8 @@ pub(super) fn run_fused<T: PoolFloat>(
     let compiled = f.compiled.filter(|_| compiled_on());
     // Row operands, in the loop's order: in row-major order element `p`
     // of the loop reads element `p % n` of the row, in column-major order
-    // element `p / (size / n)` (the row's own elements in that order).
+    // element `p / (size / n)` (the row's own elements in that order); an
+    // operand broadcast along inner axes too, as its [`Spread`] says.
     let mut rows: Vec<Cow<[T]>> = recast(spare_rows);
     for &(v, _) in &f.rows {
         rows.push(elements(operand(g, env, v, g.avals[v].shape())?, order));
@@ -397,7 +404,7 @@ pub(super) fn run_fused<T: PoolFloat>(
     // filled once (a bias of 128 and blocks of 1024: each block used to
     // copy the bias eight times).
     let period = match order {
-        Order::C if !rows.is_empty() => rows.iter().try_fold(1usize, |l, r| {
+        Order::C if !rows.is_empty() && f.spreads.iter().all(Option::is_none) => rows.iter().try_fold(1usize, |l, r| {
             Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
         }),
         _ => None,

@@ -34,7 +34,9 @@ impl Groups {
 
 /// The element-wise kernel of equation `i` if it can be fused: one float
 /// output, at most [`MAX_ARITY`] operands of the output's dtype, each of
-/// the output's shape or a single element.
+/// the output's shape, a single element, or broadcast to it
+/// ([`broadcasts_to`]). (A product with a contraction of one,
+/// [`outer_product`], is fused too, without a kernel of its own.)
 pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     let e = &g.eqns[i];
     let k = e.prim.elementwise()?;
@@ -45,13 +47,13 @@ pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     if !matches!(out.dtype(), DType::F32 | DType::F64) {
         return None;
     }
-    let (r, sh) = (out.ndim(), out.shape());
+    let sh = out.shape();
     let ok = e.inputs.iter().all(|&v| {
         let a = &g.avals[v];
-        // The output's shape, one element, or a trailing part of the
-        // output's shape (broadcast along the leading axes).
-        let row = a.ndim() < r && a.shape() == &sh[r - a.ndim()..];
-        a.dtype() == out.dtype() && (a.shape() == sh || a.size() == 1 || row)
+        // The output's shape, one element, or broadcast to it (a trailing
+        // part of its shape, a row, or with axes of one).
+        a.dtype() == out.dtype()
+            && (a.shape() == sh || a.size() == 1 || broadcasts_to(a.shape(), sh))
     });
     ok.then_some(k)
 }
@@ -97,7 +99,7 @@ pub(super) fn form_groups(g: &Graph) -> Groups {
     let mut open: HashMap<Aval, usize> = HashMap::new();
     let mut closed = Vec::new();
     for (i, e) in g.eqns.iter().enumerate() {
-        let mine = if fusable(g, i).is_some() {
+        let mine = if fusable(g, i).is_some() || outer_product(g, i) {
             let key = g.avals[e.outputs[0]].clone();
             let k = match open.get(&key) {
                 Some(&k) => k,
@@ -133,8 +135,9 @@ pub(super) fn form_groups(g: &Graph) -> Groups {
 
 /// Lay out one group: operand sources, block buffers (reused once a value
 /// is dead within the group) and the values to materialise (written
-/// straight into their output buffers, and read back from there).
-pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
+/// straight into their output buffers, and read back from there). An
+/// input in `alias` is read from its entry ([`aliased_reshapes`]).
+pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, VarId>) -> Fused {
     let out_aval = &g.avals[g.eqns[members[0]].outputs[0]];
     let in_group: HashMap<VarId, usize> = members
         .iter()
@@ -179,10 +182,8 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             }
             let pe = &g.eqns[members[p]];
             let other = e.inputs[1 - slot];
-            let kind = match (binary_op(pe.prim.as_ref()), mul_scalar_of(pe.prim.as_ref())) {
-                (Some(BinaryOp::Mul), _) => {
-                    (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other])
-                }
+            let kind = match (is_product(g, members[p]), mul_scalar_of(pe.prim.as_ref())) {
+                (true, _) => (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other]),
                 (_, Some(s)) => (OpKind::ScaleAdd(s), vec![pe.inputs[0], other]),
                 _ => continue,
             };
@@ -252,6 +253,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             let op = if in_group.contains_key(&v) {
                 loc_of[&v]
             } else if g.avals[v].shape() == out_aval.shape() {
+                let v = alias.get(&v).copied().unwrap_or(v);
                 let k = inputs.iter().position(|&w| w == v).unwrap_or_else(|| {
                     inputs.push(v);
                     inputs.len() - 1
@@ -284,7 +286,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             eqn: i,
             kind: pair[j]
                 .as_ref()
-                .map_or_else(|| core_kind(g.eqns[i].prim.as_ref()), |p| p.0),
+                .map_or_else(|| op_kind(g, i), |p| p.0),
             operands,
             dst,
         });
@@ -313,6 +315,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         size: out_aval.size(),
         inputs,
         scalars,
+        spreads: spreads(g, &rows, out_aval.shape()),
         rows,
         ops,
         outputs,

@@ -18,6 +18,7 @@
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
 mod blocks;
+mod broadcast;
 mod buffer;
 #[cfg(feature = "codegen")]
 mod codegen;
@@ -28,6 +29,7 @@ mod fusion;
 mod pool;
 mod run;
 mod select;
+mod unit_axes;
 
 use crate::error::{Error, Result};
 use crate::graph::{profile, Elementwise, Graph, Planned, Primitive, VarId, NEVER_READ};
@@ -45,6 +47,7 @@ use crate::tensor::{
     Aval, DType, Repr, Tensor,
 };
 use blocks::*;
+use broadcast::*;
 #[cfg(feature = "codegen")]
 use buffer::run_compiled;
 use buffer::{contiguous, contiguous_mut};
@@ -56,6 +59,7 @@ use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
 use pool::*;
 use select::*;
+use unit_axes::*;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -215,6 +219,10 @@ struct Fused {
     /// External inputs of a trailing part of the loop's shape (a bias
     /// row), each broadcast into its block buffer block by block.
     rows: Vec<(VarId, usize)>,
+    /// Per row operand, how it spreads over the loop when it is broadcast
+    /// along inner axes too ([`broadcast`]); `None` for a trailing part
+    /// of the loop's shape.
+    spreads: Vec<Option<Spread>>,
     ops: Vec<FusedOp>,
     /// Materialised results, in the order of [`Operand::Out`].
     outputs: Vec<VarId>,
@@ -254,17 +262,19 @@ impl Plan {
         }
         let groups = form_groups(&g);
         let (elided, weight_t) = elided_transposes(&g);
+        let (reshaped, alias) = aliased_reshapes(&g, &groups);
         let mut steps = Vec::new();
         let mut panel_slots = 0;
         let mut emitted = vec![false; groups.members.len()];
         for (i, e) in g.eqns.iter().enumerate() {
-            if elided.contains(&i) {
+            if elided.contains(&i) || reshaped.contains(&i) {
                 continue;
             }
             match groups.of_eqn[i] {
                 Some(k) if groups.last_member(k) == i && !emitted[k] => {
                     emitted[k] = true;
-                    steps.push(Step::Fused(Box::new(build_fused(&g, &groups.members[k]))));
+                    let f = build_fused(&g, &groups.members[k], &alias);
+                    steps.push(Step::Fused(Box::new(f)));
                 }
                 Some(_) => {}
                 None => {
