@@ -254,12 +254,19 @@ impl<T: PoolFloat> Blocks<'_, T> {
         if lo >= hi {
             return;
         }
-        let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
-            for ((row, &(_, b)), spread) in self.rows.iter().zip(&f.rows).zip(&f.spreads) {
+        // What the first broadcast operands' buffers hold (see [`Runs`]).
+        let mut held = [Runs::default(); 8];
+        let mut fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
+            let rows = self.rows.iter().zip(&f.rows).zip(&f.spreads);
+            for (k, ((row, &(_, b)), spread)) in rows.enumerate() {
                 let at = aligned(&bufs[b]);
                 let dst = &mut bufs[b][at..at + len];
                 match spread {
-                    Some(s) => s.fill(dst, row, start, self.order),
+                    Some(s) => {
+                        let mut none = Runs::default();
+                        let last = held.get_mut(k).unwrap_or(&mut none);
+                        s.fill(dst, row, (start, self.order), last);
+                    }
                     None => fill_row(dst, row, start, f.size, self.order),
                 }
             }
@@ -349,6 +356,12 @@ impl<T: PoolFloat> Blocks<'_, T> {
                     Operand::Out(o) => outs[o] = out_dst,
                     Operand::Input(_) => {}
                 }
+                // A sum of the result (one part: all of it): the block
+                // added in while it is in its buffer.
+                if let (Some(s), Operand::Buf(b)) = (op.sum, op.dst) {
+                    let at = aligned(&bufs[b]);
+                    add_rows(&mut outs[f.outputs.len() + s], &bufs[b][at..at + len], start);
+                }
             }
             start += len;
         }
@@ -375,7 +388,8 @@ pub(super) fn run_fused<T: PoolFloat>(
         .iter()
         .filter(|a| order_of(a) == Some(Order::F))
         .count();
-    let order = if n_f > 0 && 2 * n_f >= arrays.len() {
+    // (A loop that takes sums walks row-major: the rows are added in order.)
+    let order = if n_f > 0 && 2 * n_f >= arrays.len() && f.sums.is_empty() {
         Order::F
     } else {
         Order::C
@@ -396,6 +410,9 @@ pub(super) fn run_fused<T: PoolFloat>(
     let mut bufs_out = std::mem::take(T::spare_bufs(pool));
     for &v in &f.outputs {
         bufs_out.push(take(pool, class_of[v], &f.shape, order == Order::F));
+    }
+    for s in &f.sums {
+        bufs_out.push(take(pool, class_of[s.var], g.avals[s.var].shape(), false));
     }
     let mut outs: Vec<&mut [T]> = recast(std::mem::take(&mut pool.spare_outs));
     outs.extend(bufs_out.iter_mut().map(|b| b.slice_mut()));
@@ -425,7 +442,7 @@ pub(super) fn run_fused<T: PoolFloat>(
     // (each part its own block buffers; each element is computed as on
     // one thread).
     let min = crate::threads::split_threshold(PAR_MIN_ELEMS_AWAKE, PAR_MIN_ELEMS, usize::MAX);
-    let parts = if f.size >= min {
+    let parts = if f.size >= min && f.sums.is_empty() {
         rayon::current_num_threads().min(f.size / (min / 2)).max(1)
     } else {
         1
@@ -474,8 +491,12 @@ pub(super) fn run_fused<T: PoolFloat>(
     pool.spare_outs = recast(outs);
     pool.spare_elems = [recast(inputs), recast(rows)];
     let column_major = order == Order::F;
-    for (&v, b) in f.outputs.iter().zip(bufs_out.drain(..)) {
+    let mut results = bufs_out.drain(..);
+    for (&v, b) in f.outputs.iter().zip(&mut results) {
         env[v] = Some(b.into_tensor(&f.shape, column_major)?);
+    }
+    for (s, b) in f.sums.iter().zip(results) {
+        env[s.var] = Some(b.into_tensor(g.avals[s.var].shape(), false)?);
     }
     *T::spare_bufs(pool) = bufs_out;
     Ok(())

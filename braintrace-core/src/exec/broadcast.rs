@@ -72,15 +72,21 @@ pub(super) fn is_product(g: &Graph, i: usize) -> bool {
     binary_op(g.eqns[i].prim.as_ref()) == Some(BinaryOp::Mul) || outer_product(g, i)
 }
 
-/// A broadcast operand of a loop over `out`: the steps, in its own
-/// elements, along each of the loop's axes, with its elements in
-/// row-major (`c`) or column-major (`f`) order (0 along the axes it is
-/// broadcast along).
+/// A broadcast operand of a loop: its walk in either memory order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Spread {
-    out: Vec<usize>,
-    c: Vec<usize>,
-    f: Vec<usize>,
+    c: Walk,
+    f: Walk,
+}
+
+/// The loop's axes from fastest to slowest in one memory order: their
+/// lengths, and the operand's steps along them in its own elements in that
+/// order (0 along the axes it is broadcast along).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Walk {
+    rank: usize,
+    len: [usize; MAX_SPREAD_RANK],
+    step: [usize; MAX_SPREAD_RANK],
 }
 
 impl Spread {
@@ -90,66 +96,153 @@ impl Spread {
         let r = out.len();
         let mut full = vec![1; r - a.len()];
         full.extend_from_slice(a);
-        let mut c = vec![0; r];
-        let mut step = 1;
-        for k in (0..r).rev() {
-            c[k] = if full[k] == 1 { 0 } else { step };
-            step *= full[k];
-        }
-        let mut f = vec![0; r];
-        step = 1;
-        for k in 0..r {
-            f[k] = if full[k] == 1 { 0 } else { step };
-            step *= full[k];
-        }
+        let walk = |axes: &mut dyn Iterator<Item = usize>| {
+            let mut w = Walk {
+                rank: r,
+                len: [1; MAX_SPREAD_RANK],
+                step: [0; MAX_SPREAD_RANK],
+            };
+            let mut step = 1;
+            for (j, k) in axes.enumerate() {
+                w.len[j] = out[k];
+                w.step[j] = if full[k] == 1 { 0 } else { step };
+                step *= full[k];
+            }
+            w
+        };
         Spread {
-            out: out.to_vec(),
-            c,
-            f,
+            c: walk(&mut (0..r).rev()),
+            f: walk(&mut (0..r)),
         }
+    }
+
+    /// The runs of elements `[start, start + len)` (in `order`) of the
+    /// loop, each where it starts in the operand's elements, into `runs`;
+    /// `false` when there are more than [`Runs`] holds (`runs` then holds
+    /// the first [`MAX_RUNS`]).
+    pub(super) fn runs(&self, start: usize, len: usize, order: Order, runs: &mut Runs) -> bool {
+        let w = match order {
+            Order::C => &self.c,
+            Order::F => &self.f,
+        };
+        let r = w.rank;
+        runs.n = 0;
+        runs.step = w.step[0];
+        if len == 0 || r == 0 {
+            return true;
+        }
+        let mut idx = [0usize; MAX_SPREAD_RANK];
+        let (mut rem, mut off) = (start, 0);
+        for j in 0..r {
+            idx[j] = rem % w.len[j];
+            rem /= w.len[j];
+            off += idx[j] * w.step[j];
+        }
+        let mut p = 0;
+        while p < len {
+            if runs.n == MAX_RUNS {
+                return false;
+            }
+            let run = (w.len[0] - idx[0]).min(len - p);
+            runs.at[runs.n] = (off, run);
+            runs.n += 1;
+            p += run;
+            idx[0] += run;
+            off += run * w.step[0];
+            let mut j = 0;
+            while j + 1 < r && idx[j] == w.len[j] {
+                off -= idx[j] * w.step[j];
+                idx[j] = 0;
+                idx[j + 1] += 1;
+                off += w.step[j + 1];
+                j += 1;
+            }
+        }
+        true
     }
 
     /// Elements `[start, start + dst.len())` (in `order`) of the loop, read
     /// from the operand's elements `src` (in the same order), into `dst`.
-    pub(super) fn fill<T: Copy>(&self, dst: &mut [T], src: &[T], start: usize, order: Order) {
-        let r = self.out.len();
-        if dst.is_empty() {
+    /// `last`: the runs this buffer holds from the block before (an
+    /// identical block is not written again; see [`Runs`]).
+    pub(super) fn fill<T: Copy>(
+        &self,
+        dst: &mut [T],
+        src: &[T],
+        (start, order): (usize, Order),
+        last: &mut Runs,
+    ) {
+        let mut runs = Runs::default();
+        if !self.runs(start, dst.len(), order, &mut runs) {
+            // Too many runs to remember: filled run by run.
+            last.n = usize::MAX;
+            self.fill_by_runs(dst, src, start, order);
             return;
         }
-        // Axis `j`-th fastest of the walk, and the operand's step along it.
-        let (axis, steps): (fn(usize, usize) -> usize, &[usize]) = match order {
-            Order::C => (|r, j| r - 1 - j, &self.c),
-            Order::F => (|_, j| j, &self.f),
-        };
-        let mut idx = [0usize; MAX_SPREAD_RANK];
-        let mut rem = start;
-        for (j, ix) in idx.iter_mut().enumerate().take(r) {
-            let n = self.out[axis(r, j)];
-            *ix = rem % n;
-            rem /= n;
+        if runs == *last {
+            return;
         }
-        let (n0, s0) = (self.out[axis(r, 0)], steps[axis(r, 0)]);
         let mut p = 0;
-        while p < dst.len() {
-            let run = (n0 - idx[0]).min(dst.len() - p);
-            let off: usize = (0..r).map(|j| idx[j] * steps[axis(r, j)]).sum();
-            let d = &mut dst[p..p + run];
-            match s0 {
-                0 => d.fill(src[off]),
-                1 => d.copy_from_slice(&src[off..off + run]),
-                s => {
-                    for (k, x) in d.iter_mut().enumerate() {
-                        *x = src[off + k * s];
-                    }
-                }
-            }
+        for &(off, run) in &runs.at[..runs.n] {
+            put_run(&mut dst[p..p + run], src, off, runs.step);
             p += run;
-            idx[0] += run;
-            let mut j = 0;
-            while j + 1 < r && idx[j] == self.out[axis(r, j)] {
-                idx[j] = 0;
-                idx[j + 1] += 1;
-                j += 1;
+        }
+        *last = runs;
+    }
+
+    /// [`Spread::fill`] without remembering the runs (any number).
+    fn fill_by_runs<T: Copy>(&self, dst: &mut [T], src: &[T], start: usize, order: Order) {
+        let mut p = 0;
+        let mut runs = Runs::default();
+        while p < dst.len() {
+            // Up to `MAX_RUNS` runs at a time (the last may be cut short).
+            let len = dst.len() - p;
+            let ok = self.runs(start + p, len, order, &mut runs);
+            let n = if ok { runs.n } else { MAX_RUNS };
+            for &(off, run) in &runs.at[..n] {
+                put_run(&mut dst[p..p + run], src, off, runs.step);
+                p += run;
+            }
+        }
+    }
+}
+
+/// Most runs a block's fill remembers ([`Runs`]).
+const MAX_RUNS: usize = 16;
+
+/// The runs of one block's fill of a broadcast operand, each `(offset in
+/// the operand's elements, length)`, and the operand's step along the
+/// runs: two blocks with the same runs hold the same elements, so a
+/// buffer that holds them already (an operand broadcast along a middle
+/// axis, `h[:, None, :]`, repeats its rows block after block) is not
+/// written again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Runs {
+    n: usize,
+    step: usize,
+    at: [(usize, usize); MAX_RUNS],
+}
+
+impl Default for Runs {
+    /// No runs remembered (`n` matches no block's).
+    fn default() -> Runs {
+        Runs {
+            n: usize::MAX,
+            step: 0,
+            at: [(0, 0); MAX_RUNS],
+        }
+    }
+}
+
+/// One run: `dst.len()` elements of `src` from `off` by `step` (0: one
+/// element repeated).
+fn put_run<T: Copy>(dst: &mut [T], src: &[T], off: usize, step: usize) {
+    match step {
+        0 => dst.fill(src[off]),
+        1 => dst.copy_from_slice(&src[off..off + dst.len()]),
+        s => {
+            for (k, x) in dst.iter_mut().enumerate() {
+                *x = src[off + k * s];
             }
         }
     }

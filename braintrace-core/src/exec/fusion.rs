@@ -136,8 +136,14 @@ pub(super) fn form_groups(g: &Graph) -> Groups {
 /// Lay out one group: operand sources, block buffers (reused once a value
 /// is dead within the group) and the values to materialise (written
 /// straight into their output buffers, and read back from there). An
-/// input in `alias` is read from its entry ([`aliased_reshapes`]).
-pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, VarId>) -> Fused {
+/// input in `alias` is read from its entry ([`aliased_reshapes`]); a
+/// result in `sums` is added into that sum's result ([`leading_sums`]).
+pub(super) fn build_fused(
+    g: &Graph,
+    members: &[usize],
+    alias: &HashMap<VarId, VarId>,
+    sums: &HashMap<VarId, usize>,
+) -> Fused {
     let out_aval = &g.avals[g.eqns[members[0]].outputs[0]];
     let in_group: HashMap<VarId, usize> = members
         .iter()
@@ -241,6 +247,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, V
     let mut nbufs = scalars.len() + rows.len();
     let mut ops = Vec::new();
     let mut outputs = Vec::new();
+    let mut sum_outs = Vec::new();
     let mut names = Vec::new();
     for (j, &i) in members.iter().enumerate() {
         let e = &g.eqns[i];
@@ -270,7 +277,13 @@ pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, V
             operands.push(op);
         }
         let out = e.outputs[0];
-        let dst = if read_outside[out] {
+        let sum = sums.get(&out).map(|&r| {
+            let z = g.eqns[r].outputs[0];
+            sum_outs.push(SumOut { var: z });
+            names.push(g.eqns[r].prim.name());
+            sum_outs.len() - 1
+        });
+        let dst = if read_outside[out] && sum.is_none() {
             outputs.push(out);
             Operand::Out(outputs.len() - 1)
         } else {
@@ -289,6 +302,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, V
                 .map_or_else(|| op_kind(g, i), |p| p.0),
             operands,
             dst,
+            sum,
         });
         // Free the buffers of group values read for the last time here.
         let mut dead: Vec<VarId> = reads[j]
@@ -319,13 +333,19 @@ pub(super) fn build_fused(g: &Graph, members: &[usize], alias: &HashMap<VarId, V
         rows,
         ops,
         outputs,
+        sums: sum_outs,
         nbufs,
         label,
         compiled: None,
         constants_f32: Vec::new(),
         constants_f64: Vec::new(),
     };
-    f.compiled = codegen::compile(&f);
+    // (The generated loops take no sums.)
+    f.compiled = if f.sums.is_empty() {
+        codegen::compile(&f)
+    } else {
+        None
+    };
     if f.compiled.is_some() {
         match f.dtype {
             DType::F64 => f.constants_f64 = codegen::constants(&f),

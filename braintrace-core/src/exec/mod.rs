@@ -29,6 +29,7 @@ mod fusion;
 mod pool;
 mod run;
 mod select;
+mod sums;
 mod unit_axes;
 
 use crate::error::{Error, Result};
@@ -59,6 +60,7 @@ use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
 use pool::*;
 use select::*;
+use sums::*;
 use unit_axes::*;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -178,6 +180,9 @@ struct FusedOp {
     /// Where the result goes: a block buffer, or a materialised output
     /// ([`Operand::Buf`] or [`Operand::Out`]).
     dst: Operand,
+    /// The sum of [`Fused::sums`] the result (in a block buffer) is added
+    /// into, block by block.
+    sum: Option<usize>,
 }
 
 /// What a fused op runs on a block.
@@ -226,6 +231,8 @@ struct Fused {
     ops: Vec<FusedOp>,
     /// Materialised results, in the order of [`Operand::Out`].
     outputs: Vec<VarId>,
+    /// Sums over leading axes the loop takes of its results ([`sums`]).
+    sums: Vec<SumOut>,
     nbufs: usize,
     label: (String, String),
     /// The group's loop compiled when it was planned, if the generator
@@ -263,17 +270,18 @@ impl Plan {
         let groups = form_groups(&g);
         let (elided, weight_t) = elided_transposes(&g);
         let (reshaped, alias) = aliased_reshapes(&g, &groups);
+        let (sum_of, summed) = leading_sums(&g, &groups);
         let mut steps = Vec::new();
         let mut panel_slots = 0;
         let mut emitted = vec![false; groups.members.len()];
         for (i, e) in g.eqns.iter().enumerate() {
-            if elided.contains(&i) || reshaped.contains(&i) {
+            if elided.contains(&i) || reshaped.contains(&i) || summed.contains(&i) {
                 continue;
             }
             match groups.of_eqn[i] {
                 Some(k) if groups.last_member(k) == i && !emitted[k] => {
                     emitted[k] = true;
-                    let f = build_fused(&g, &groups.members[k], &alias);
+                    let f = build_fused(&g, &groups.members[k], &alias, &sum_of);
                     steps.push(Step::Fused(Box::new(f)));
                 }
                 Some(_) => {}
@@ -333,7 +341,12 @@ impl Plan {
         let mut caps: Vec<usize> = Vec::new();
         for step in &steps {
             let written: Vec<VarId> = match step {
-                Step::Fused(f) => f.outputs.clone(),
+                Step::Fused(f) => f
+                    .outputs
+                    .iter()
+                    .copied()
+                    .chain(f.sums.iter().map(|s| s.var))
+                    .collect(),
                 Step::Eqn { kernel, eqn, .. } if *kernel != Kernel::Eval => {
                     g.eqns[*eqn].outputs.clone()
                 }
@@ -448,3 +461,5 @@ impl Plan {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_broadcast;
