@@ -360,7 +360,11 @@ impl<T: PoolFloat> Blocks<'_, T> {
                 // added in while it is in its buffer.
                 if let (Some(s), Operand::Buf(b)) = (op.sum, op.dst) {
                     let at = aligned(&bufs[b]);
-                    add_rows(&mut outs[f.outputs.len() + s], &bufs[b][at..at + len], start);
+                    add_rows(
+                        &mut outs[f.outputs.len() + s],
+                        &bufs[b][at..at + len],
+                        start,
+                    );
                 }
             }
             start += len;
@@ -421,9 +425,11 @@ pub(super) fn run_fused<T: PoolFloat>(
     // filled once (a bias of 128 and blocks of 1024: each block used to
     // copy the bias eight times).
     let period = match order {
-        Order::C if !rows.is_empty() && f.spreads.iter().all(Option::is_none) => rows.iter().try_fold(1usize, |l, r| {
-            Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
-        }),
+        Order::C if !rows.is_empty() && f.spreads.iter().all(Option::is_none) => {
+            rows.iter().try_fold(1usize, |l, r| {
+                Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
+            })
+        }
         _ => None,
     };
     let block = BLOCK.min(f.size.max(1));

@@ -33,8 +33,7 @@ pub(super) fn broadcasts_to(a: &[usize], out: &[usize]) -> bool {
 /// fused loop as a `mul` of two broadcast operands.
 pub(super) fn outer_product(g: &Graph, i: usize) -> bool {
     let e = &g.eqns[i];
-    if e.inputs.len() != 2 || e.outputs.len() != 1 || e.prim.planned() != Some(Planned::Matmul)
-    {
+    if e.inputs.len() != 2 || e.outputs.len() != 1 || e.prim.planned() != Some(Planned::Matmul) {
         return false;
     }
     let (a, b, y) = (

@@ -297,9 +297,7 @@ pub(super) fn build_fused(
         loc_of.insert(out, dst);
         ops.push(FusedOp {
             eqn: i,
-            kind: pair[j]
-                .as_ref()
-                .map_or_else(|| op_kind(g, i), |p| p.0),
+            kind: pair[j].as_ref().map_or_else(|| op_kind(g, i), |p| p.0),
             operands,
             dst,
             sum,

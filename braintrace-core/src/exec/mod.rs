@@ -60,13 +60,13 @@ use ndarray::{ArrayD, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 use num_traits::Float;
 use pool::*;
 use select::*;
-use sums::*;
-use unit_axes::*;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Instant;
+use sums::*;
+use unit_axes::*;
 
 /// Elements per block of a fused loop: 1024 `f32`s are 4 KiB, so a
 /// group's block buffers stay in L1 or L2, and each op's call covers 128

@@ -16,8 +16,8 @@ pub(super) struct SumOut {
 }
 
 /// The sums the fused loops take, by the value summed: a `reduce_sum` over
-/// leading axes `0..k` (more than one element summed into each of more
-/// than one result) of a float result of a fused group that nothing else
+/// leading axes `0..k` (into more than one result, or of axes of one: a
+/// sum into one result adds in another order) of a float result of a fused group that nothing else
 /// outside the group reads and the graph does not return. Returns them
 /// (value → the sum's equation) and the equations the plan then skips.
 pub(super) fn leading_sums(g: &Graph, groups: &Groups) -> (HashMap<VarId, usize>, HashSet<usize>) {
@@ -59,8 +59,7 @@ pub(super) fn leading_sums(g: &Graph, groups: &Groups) -> (HashMap<VarId, usize>
         if leading
             && k >= 1
             && k < ya.ndim()
-            && lead > 1
-            && za.size() > 1
+            && (lead == 1 || za.size() > 1)
             && za.dtype() == ya.dtype()
             && outside
             && !g.outvars.contains(&y)

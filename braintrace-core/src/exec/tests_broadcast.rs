@@ -107,8 +107,14 @@ fn plan_fuses_middle_axis_broadcasts_and_outer_products() {
         for column_major in [false, true] {
             let mut arr = |shape: &[usize]| random_array(&mut rng, shape);
             let t = lay(arr(&[b, i, o]), column_major);
-            let (h, x) = (Tensor::from_array(arr(&[b, 1, o])), Tensor::from_array(arr(&[b, i, 1])));
-            let (d, g) = (Tensor::from_array(arr(&[b, 1, o])), Tensor::from_array(arr(&[b, 1, o])));
+            let (h, x) = (
+                Tensor::from_array(arr(&[b, 1, o])),
+                Tensor::from_array(arr(&[b, i, 1])),
+            );
+            let (d, g) = (
+                Tensor::from_array(arr(&[b, 1, o])),
+                Tensor::from_array(arr(&[b, 1, o])),
+            );
             let s = Tensor::from_array(arr(&[i, 1]));
             let args = vec![t, h, x, d, g, s];
             let avals: Vec<Aval> = args.iter().map(Tensor::aval).collect();
@@ -205,6 +211,7 @@ fn plan_takes_sums_over_leading_axes_in_the_loop() {
         (vec![4, 30, 20], vec![0], true),
         (vec![4, 30, 20], vec![0, 1], true),
         (vec![3, 2, 700], vec![0], true),
+        (vec![1, 30, 20], vec![0], true),
         (vec![4, 30, 20], vec![1], false),
         (vec![4, 30, 20], vec![0, 2], false),
     ] {

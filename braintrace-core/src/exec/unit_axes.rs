@@ -30,9 +30,7 @@ pub(super) fn aliased_reshapes(
     let mut skipped = HashSet::new();
     let mut alias = HashMap::new();
     for (i, e) in g.eqns.iter().enumerate() {
-        if e.inputs.len() != 1
-            || e.outputs.len() != 1
-            || e.prim.planned() != Some(Planned::Reshape)
+        if e.inputs.len() != 1 || e.outputs.len() != 1 || e.prim.planned() != Some(Planned::Reshape)
         {
             continue;
         }
