@@ -360,11 +360,7 @@ impl<T: PoolFloat> Blocks<'_, T> {
                 // added in while it is in its buffer.
                 if let (Some(s), Operand::Buf(b)) = (op.sum, op.dst) {
                     let at = aligned(&bufs[b]);
-                    add_rows(
-                        &mut outs[f.outputs.len() + s],
-                        &bufs[b][at..at + len],
-                        start,
-                    );
+                    add_rows(outs[f.outputs.len() + s], &bufs[b][at..at + len], start);
                 }
             }
             start += len;

@@ -42,8 +42,7 @@ pub(super) fn outer_product(g: &Graph, i: usize) -> bool {
         &g.avals[e.outputs[0]],
     );
     let r = y.ndim();
-    r >= 2
-        && r <= MAX_SPREAD_RANK
+    (2..=MAX_SPREAD_RANK).contains(&r)
         && a.ndim() == r
         && b.ndim() == r
         && matches!(y.dtype(), DType::F32 | DType::F64)
@@ -132,10 +131,10 @@ impl Spread {
         }
         let mut idx = [0usize; MAX_SPREAD_RANK];
         let (mut rem, mut off) = (start, 0);
-        for j in 0..r {
-            idx[j] = rem % w.len[j];
+        for (j, ix) in idx.iter_mut().enumerate().take(r) {
+            *ix = rem % w.len[j];
             rem /= w.len[j];
-            off += idx[j] * w.step[j];
+            off += *ix * w.step[j];
         }
         let mut p = 0;
         while p < len {
