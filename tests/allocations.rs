@@ -13,10 +13,11 @@
 
 mod learn_support;
 
+use braintrace::etp::{AvalMap, TensorMap};
 use braintrace::learn::{
     compile, Algorithm, DRtrl, Init, Model, ModelState, NonTemporal, PpProp, Reduction, StepCtx,
 };
-use braintrace::nn::{Chain, GruCell, LeakyRateReadout, LifCell, Linear};
+use braintrace::nn::{Chain, GruCell, Initializer, LeakyRateReadout, LifCell, Linear};
 use braintrace::prelude::*;
 use learn_support::{draw, mse};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -29,25 +30,35 @@ struct Counting;
 
 thread_local! {
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    /// Those of at least [`LARGE`] bytes.
+    static LARGE_ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
-fn count() {
+/// An allocation this large or larger counts as large (a trace of the
+/// rules-only case below is 6 KiB; its step's other values are at most
+/// 256 bytes, its gradients as large as a trace but recycled).
+const LARGE: usize = 4096;
+
+fn count(size: usize) {
     // `try_with`: the slot may be gone while the thread exits.
     let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+    if size >= LARGE {
+        let _ = LARGE_ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+    }
 }
 
 // SAFETY: every call is passed on to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
+        count(l.size());
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count();
+        count(l.size());
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, size: usize) -> *mut u8 {
-        count();
+        count(size);
         unsafe { System.realloc(p, l, size) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
@@ -330,4 +341,118 @@ fn steps_with_ops_the_executor_does_not_plan_allocate_per_such_op() {
         failing.is_empty(),
         "allocations per step over their bounds: {failing:?}"
     );
+}
+
+// ------------------------------------------- D-RTRL through a primitive's rules
+
+/// `y = x @ w + b` as an `#[etp_primitive]` with its rules only (no trace
+/// kernel): D-RTRL runs its rule path, traced into the step program.
+#[braintrace::etp_primitive(name = "etp_alloc_dense_rules", batched, x = x, weight = [w, b])]
+fn dense_rules(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    x.matmul(w)?.add(b)
+}
+#[braintrace::yw_to_w(dense_rules)]
+fn dense_rules_yw(h: &Tensor, trace: &TensorMap) -> Result<TensorMap> {
+    trace
+        .iter()
+        .map(|(k, t)| {
+            let h = if k == "b" {
+                h.clone()
+            } else {
+                h.expand_dims(h.ndim() - 1)?
+            };
+            Ok((k.clone(), t.mul(&h)?))
+        })
+        .collect()
+}
+#[braintrace::xy_to_dw(dense_rules)]
+fn dense_rules_dw(x: &Tensor, h: &Tensor, _w: &TensorMap) -> Result<TensorMap> {
+    // One sample (the learner calls a batched primitive's rules per sample).
+    let dw = x.expand_dims(1)?.matmul(&h.expand_dims(0)?)?;
+    Ok([("w".to_string(), dw), ("b".to_string(), h.clone())].into())
+}
+#[braintrace::init_drtrl(dense_rules)]
+fn dense_rules_init(_x: &Aval, y: &Aval, w: &AvalMap, n: usize) -> Result<TensorMap> {
+    let lead = &y.shape()[..y.ndim() - 1];
+    let zeros = |s: Vec<usize>| Tensor::zeros(&s, y.dtype());
+    Ok([
+        (
+            "w".to_string(),
+            zeros([lead, w["w"].shape(), &[n]].concat()),
+        ),
+        ("b".to_string(), zeros([y.shape(), &[n]].concat())),
+    ]
+    .into())
+}
+#[braintrace::init_pp(dense_rules)]
+fn dense_rules_init_pp(_x: &Aval, y: &Aval, _w: &AvalMap, n: usize) -> Result<Tensor> {
+    Ok(Tensor::zeros(&[y.shape(), &[n]].concat(), y.dtype()))
+}
+
+/// `h' = tanh([x, h] @ w + b)` through [`dense_rules`].
+struct RulesRnn;
+
+impl Model for RulesRnn {
+    fn init(&self, init: &mut Init) -> Result<()> {
+        let (n_in, n) = (16, 32);
+        for (k, shape) in [("w", vec![n_in + n, n]), ("b", vec![n])] {
+            let v = Initializer::Normal { std: 0.3 }.draw(&shape, init.dtype(), init.rng())?;
+            init.param(k, None, v)?;
+        }
+        init.hidden("h", &[n])
+    }
+    fn step(&self, ctx: &mut StepCtx, x: &Tensor) -> Result<Tensor> {
+        let h = ctx.hidden("h")?;
+        let xh = concat(&[x.clone(), h], 1)?;
+        let h_new = dense_rules(&xh, &ctx.param("w")?, &ctx.param("b")?)?.tanh()?;
+        ctx.set_hidden("h", h_new.clone())?;
+        Ok(h_new)
+    }
+}
+
+#[test]
+fn a_rules_only_drtrl_step_allocates_no_trace_sized_buffer() {
+    // The rule path's trace update and solve run as fused loops over the
+    // plan's recycled buffers (broadcast operands, the outer product as a
+    // product, the state axis of one read in place, the batch sum taken by
+    // the loop): no large value is allocated per step. Before, every step
+    // allocated the traces' slices, broadcast products, batched outer
+    // products and batch sums, each trace-sized. What is left is small
+    // bookkeeping, under the learner cases' bound (5.15 a step when
+    // written, as the fused-kernel GRU's 6.15).
+    let bound = 10.0;
+    let algo = || DRtrl::default().non_temporal(NonTemporal::Zero).into();
+    let model = || Chain::new(RulesRnn, Linear::new("out", 32, 4));
+    let n = per_step(model, algo);
+    let large = large_per_step(model, algo);
+    eprintln!("rules-only d_rtrl: {n} allocations per step, {large} of {LARGE}+ bytes");
+    assert!(
+        n <= bound,
+        "rules-only d_rtrl: {n} allocations per step (bound {bound})"
+    );
+    assert_eq!(
+        large, 0.0,
+        "rules-only d_rtrl: {large} large allocations per step"
+    );
+}
+
+/// Warm allocations of [`LARGE`] bytes or more per `etrace_grad` step with
+/// the MSE (as [`steps`] counts them all).
+fn large_per_step<M: Model>(model: impl Fn() -> M, algo: impl Fn() -> Algorithm) -> f64 {
+    let (b, n_in, n_out) = (1, 16, 4);
+    let state = ModelState::new(&model(), DType::F32, 3, Some(b)).unwrap();
+    let x0 = Tensor::zeros(&[b, n_in], DType::F32);
+    let mut learner = compile(model(), state, algo(), &x0, Some(b)).unwrap();
+    let mut run = |t: usize| {
+        let xs = draw(&[t, b, n_in], t as u64).cast(DType::F32).unwrap();
+        let ys = draw(&[t, b, n_out], 100 + t as u64)
+            .cast(DType::F32)
+            .unwrap();
+        let before = LARGE_ALLOCATIONS.with(Cell::get);
+        learner.etrace_grad(&xs, &ys, mse, Reduction::Mean).unwrap();
+        LARGE_ALLOCATIONS.with(Cell::get) - before
+    };
+    run(3);
+    let (short, long) = (run(4), run(24));
+    (long as f64 - short as f64) / 20.0
 }

@@ -254,10 +254,21 @@ impl<T: PoolFloat> Blocks<'_, T> {
         if lo >= hi {
             return;
         }
-        let fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
-            for (row, &(_, b)) in self.rows.iter().zip(&f.rows) {
+        // What the first broadcast operands' buffers hold (see [`Runs`]).
+        let mut held = [Runs::default(); 8];
+        let mut fill_rows = |bufs: &mut [Vec<T>], start: usize, len: usize| {
+            let rows = self.rows.iter().zip(&f.rows).zip(&f.spreads);
+            for (k, ((row, &(_, b)), spread)) in rows.enumerate() {
                 let at = aligned(&bufs[b]);
-                fill_row(&mut bufs[b][at..at + len], row, start, f.size, self.order);
+                let dst = &mut bufs[b][at..at + len];
+                match spread {
+                    Some(s) => {
+                        let mut none = Runs::default();
+                        let last = held.get_mut(k).unwrap_or(&mut none);
+                        s.fill(dst, row, (start, self.order), last);
+                    }
+                    None => fill_row(dst, row, start, f.size, self.order),
+                }
             }
         };
         if self.period {
@@ -345,6 +356,12 @@ impl<T: PoolFloat> Blocks<'_, T> {
                     Operand::Out(o) => outs[o] = out_dst,
                     Operand::Input(_) => {}
                 }
+                // A sum of the result (one part: all of it): the block
+                // added in while it is in its buffer.
+                if let (Some(s), Operand::Buf(b)) = (op.sum, op.dst) {
+                    let at = aligned(&bufs[b]);
+                    add_rows(outs[f.outputs.len() + s], &bufs[b][at..at + len], start);
+                }
             }
             start += len;
         }
@@ -362,14 +379,17 @@ pub(super) fn run_fused<T: PoolFloat>(
     // column-major: a recurrent update `h' = a h + x` with a column-major
     // `x` then makes `h'` column-major, and the next step copies nothing.
     let mut arrays: Vec<&ArrayD<T>> = recast(std::mem::take(&mut pool.spare_arrays));
+    // (An input read for a reshape the plan skipped has the loop's
+    // shape up to axes of one: its own, checked.)
     for &v in &f.inputs {
-        arrays.push(operand(g, env, v, &f.shape)?);
+        arrays.push(operand(g, env, v, g.avals[v].shape())?);
     }
     let n_f = arrays
         .iter()
         .filter(|a| order_of(a) == Some(Order::F))
         .count();
-    let order = if n_f > 0 && 2 * n_f >= arrays.len() {
+    // (A loop that takes sums walks row-major: the rows are added in order.)
+    let order = if n_f > 0 && 2 * n_f >= arrays.len() && f.sums.is_empty() {
         Order::F
     } else {
         Order::C
@@ -381,7 +401,8 @@ pub(super) fn run_fused<T: PoolFloat>(
     let compiled = f.compiled.filter(|_| compiled_on());
     // Row operands, in the loop's order: in row-major order element `p`
     // of the loop reads element `p % n` of the row, in column-major order
-    // element `p / (size / n)` (the row's own elements in that order).
+    // element `p / (size / n)` (the row's own elements in that order); an
+    // operand broadcast along inner axes too, as its [`Spread`] says.
     let mut rows: Vec<Cow<[T]>> = recast(spare_rows);
     for &(v, _) in &f.rows {
         rows.push(elements(operand(g, env, v, g.avals[v].shape())?, order));
@@ -390,6 +411,9 @@ pub(super) fn run_fused<T: PoolFloat>(
     for &v in &f.outputs {
         bufs_out.push(take(pool, class_of[v], &f.shape, order == Order::F));
     }
+    for s in &f.sums {
+        bufs_out.push(take(pool, class_of[s.var], g.avals[s.var].shape(), false));
+    }
     let mut outs: Vec<&mut [T]> = recast(std::mem::take(&mut pool.spare_outs));
     outs.extend(bufs_out.iter_mut().map(|b| b.slice_mut()));
     // In row-major order, blocks that start on a multiple of every row's
@@ -397,9 +421,11 @@ pub(super) fn run_fused<T: PoolFloat>(
     // filled once (a bias of 128 and blocks of 1024: each block used to
     // copy the bias eight times).
     let period = match order {
-        Order::C if !rows.is_empty() => rows.iter().try_fold(1usize, |l, r| {
-            Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
-        }),
+        Order::C if !rows.is_empty() && f.spreads.iter().all(Option::is_none) => {
+            rows.iter().try_fold(1usize, |l, r| {
+                Some(lcm(l, r.len())).filter(|&l| l > 0 && l <= BLOCK)
+            })
+        }
         _ => None,
     };
     let block = BLOCK.min(f.size.max(1));
@@ -418,7 +444,7 @@ pub(super) fn run_fused<T: PoolFloat>(
     // (each part its own block buffers; each element is computed as on
     // one thread).
     let min = crate::threads::split_threshold(PAR_MIN_ELEMS_AWAKE, PAR_MIN_ELEMS, usize::MAX);
-    let parts = if f.size >= min {
+    let parts = if f.size >= min && f.sums.is_empty() {
         rayon::current_num_threads().min(f.size / (min / 2)).max(1)
     } else {
         1
@@ -467,8 +493,12 @@ pub(super) fn run_fused<T: PoolFloat>(
     pool.spare_outs = recast(outs);
     pool.spare_elems = [recast(inputs), recast(rows)];
     let column_major = order == Order::F;
-    for (&v, b) in f.outputs.iter().zip(bufs_out.drain(..)) {
+    let mut results = bufs_out.drain(..);
+    for (&v, b) in f.outputs.iter().zip(&mut results) {
         env[v] = Some(b.into_tensor(&f.shape, column_major)?);
+    }
+    for (s, b) in f.sums.iter().zip(results) {
+        env[s.var] = Some(b.into_tensor(g.avals[s.var].shape(), false)?);
     }
     *T::spare_bufs(pool) = bufs_out;
     Ok(())

@@ -34,7 +34,9 @@ impl Groups {
 
 /// The element-wise kernel of equation `i` if it can be fused: one float
 /// output, at most [`MAX_ARITY`] operands of the output's dtype, each of
-/// the output's shape or a single element.
+/// the output's shape, a single element, or broadcast to it
+/// ([`broadcasts_to`]). (A product with a contraction of one,
+/// [`outer_product`], is fused too, without a kernel of its own.)
 pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     let e = &g.eqns[i];
     let k = e.prim.elementwise()?;
@@ -45,13 +47,13 @@ pub(super) fn fusable(g: &Graph, i: usize) -> Option<&dyn Elementwise> {
     if !matches!(out.dtype(), DType::F32 | DType::F64) {
         return None;
     }
-    let (r, sh) = (out.ndim(), out.shape());
+    let sh = out.shape();
     let ok = e.inputs.iter().all(|&v| {
         let a = &g.avals[v];
-        // The output's shape, one element, or a trailing part of the
-        // output's shape (broadcast along the leading axes).
-        let row = a.ndim() < r && a.shape() == &sh[r - a.ndim()..];
-        a.dtype() == out.dtype() && (a.shape() == sh || a.size() == 1 || row)
+        // The output's shape, one element, or broadcast to it (a trailing
+        // part of its shape, a row, or with axes of one).
+        a.dtype() == out.dtype()
+            && (a.shape() == sh || a.size() == 1 || broadcasts_to(a.shape(), sh))
     });
     ok.then_some(k)
 }
@@ -97,7 +99,7 @@ pub(super) fn form_groups(g: &Graph) -> Groups {
     let mut open: HashMap<Aval, usize> = HashMap::new();
     let mut closed = Vec::new();
     for (i, e) in g.eqns.iter().enumerate() {
-        let mine = if fusable(g, i).is_some() {
+        let mine = if fusable(g, i).is_some() || outer_product(g, i) {
             let key = g.avals[e.outputs[0]].clone();
             let k = match open.get(&key) {
                 Some(&k) => k,
@@ -133,8 +135,15 @@ pub(super) fn form_groups(g: &Graph) -> Groups {
 
 /// Lay out one group: operand sources, block buffers (reused once a value
 /// is dead within the group) and the values to materialise (written
-/// straight into their output buffers, and read back from there).
-pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
+/// straight into their output buffers, and read back from there). An
+/// input in `alias` is read from its entry ([`aliased_reshapes`]); a
+/// result in `sums` is added into that sum's result ([`leading_sums`]).
+pub(super) fn build_fused(
+    g: &Graph,
+    members: &[usize],
+    alias: &HashMap<VarId, VarId>,
+    sums: &HashMap<VarId, usize>,
+) -> Fused {
     let out_aval = &g.avals[g.eqns[members[0]].outputs[0]];
     let in_group: HashMap<VarId, usize> = members
         .iter()
@@ -179,10 +188,8 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             }
             let pe = &g.eqns[members[p]];
             let other = e.inputs[1 - slot];
-            let kind = match (binary_op(pe.prim.as_ref()), mul_scalar_of(pe.prim.as_ref())) {
-                (Some(BinaryOp::Mul), _) => {
-                    (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other])
-                }
+            let kind = match (is_product(g, members[p]), mul_scalar_of(pe.prim.as_ref())) {
+                (true, _) => (OpKind::MulAdd, vec![pe.inputs[0], pe.inputs[1], other]),
                 (_, Some(s)) => (OpKind::ScaleAdd(s), vec![pe.inputs[0], other]),
                 _ => continue,
             };
@@ -240,6 +247,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
     let mut nbufs = scalars.len() + rows.len();
     let mut ops = Vec::new();
     let mut outputs = Vec::new();
+    let mut sum_outs = Vec::new();
     let mut names = Vec::new();
     for (j, &i) in members.iter().enumerate() {
         let e = &g.eqns[i];
@@ -252,6 +260,7 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             let op = if in_group.contains_key(&v) {
                 loc_of[&v]
             } else if g.avals[v].shape() == out_aval.shape() {
+                let v = alias.get(&v).copied().unwrap_or(v);
                 let k = inputs.iter().position(|&w| w == v).unwrap_or_else(|| {
                     inputs.push(v);
                     inputs.len() - 1
@@ -268,7 +277,13 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
             operands.push(op);
         }
         let out = e.outputs[0];
-        let dst = if read_outside[out] {
+        let sum = sums.get(&out).map(|&r| {
+            let z = g.eqns[r].outputs[0];
+            sum_outs.push(SumOut { var: z });
+            names.push(g.eqns[r].prim.name());
+            sum_outs.len() - 1
+        });
+        let dst = if read_outside[out] && sum.is_none() {
             outputs.push(out);
             Operand::Out(outputs.len() - 1)
         } else {
@@ -282,11 +297,10 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         loc_of.insert(out, dst);
         ops.push(FusedOp {
             eqn: i,
-            kind: pair[j]
-                .as_ref()
-                .map_or_else(|| core_kind(g.eqns[i].prim.as_ref()), |p| p.0),
+            kind: pair[j].as_ref().map_or_else(|| op_kind(g, i), |p| p.0),
             operands,
             dst,
+            sum,
         });
         // Free the buffers of group values read for the last time here.
         let mut dead: Vec<VarId> = reads[j]
@@ -313,16 +327,23 @@ pub(super) fn build_fused(g: &Graph, members: &[usize]) -> Fused {
         size: out_aval.size(),
         inputs,
         scalars,
+        spreads: spreads(g, &rows, out_aval.shape()),
         rows,
         ops,
         outputs,
+        sums: sum_outs,
         nbufs,
         label,
         compiled: None,
         constants_f32: Vec::new(),
         constants_f64: Vec::new(),
     };
-    f.compiled = codegen::compile(&f);
+    // (The generated loops take no sums.)
+    f.compiled = if f.sums.is_empty() {
+        codegen::compile(&f)
+    } else {
+        None
+    };
     if f.compiled.is_some() {
         match f.dtype {
             DType::F64 => f.constants_f64 = codegen::constants(&f),

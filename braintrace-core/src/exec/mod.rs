@@ -18,6 +18,7 @@
 //! buffers. A `mul` or `mul_scalar` whose result only an `add` of the group
 //! reads is folded into that add (`a·b + c` in one pass over the block,
 mod blocks;
+mod broadcast;
 mod buffer;
 #[cfg(feature = "codegen")]
 mod codegen;
@@ -28,6 +29,8 @@ mod fusion;
 mod pool;
 mod run;
 mod select;
+mod sums;
+mod unit_axes;
 
 use crate::error::{Error, Result};
 use crate::graph::{profile, Elementwise, Graph, Planned, Primitive, VarId, NEVER_READ};
@@ -45,6 +48,7 @@ use crate::tensor::{
     Aval, DType, Repr, Tensor,
 };
 use blocks::*;
+use broadcast::*;
 #[cfg(feature = "codegen")]
 use buffer::run_compiled;
 use buffer::{contiguous, contiguous_mut};
@@ -61,6 +65,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Instant;
+use sums::*;
+use unit_axes::*;
 
 /// Elements per block of a fused loop: 1024 `f32`s are 4 KiB, so a
 /// group's block buffers stay in L1 or L2, and each op's call covers 128
@@ -174,6 +180,9 @@ struct FusedOp {
     /// Where the result goes: a block buffer, or a materialised output
     /// ([`Operand::Buf`] or [`Operand::Out`]).
     dst: Operand,
+    /// The sum of [`Fused::sums`] the result (in a block buffer) is added
+    /// into, block by block.
+    sum: Option<usize>,
 }
 
 /// What a fused op runs on a block.
@@ -215,9 +224,15 @@ struct Fused {
     /// External inputs of a trailing part of the loop's shape (a bias
     /// row), each broadcast into its block buffer block by block.
     rows: Vec<(VarId, usize)>,
+    /// Per row operand, how it spreads over the loop when it is broadcast
+    /// along inner axes too ([`broadcast`]); `None` for a trailing part
+    /// of the loop's shape.
+    spreads: Vec<Option<Spread>>,
     ops: Vec<FusedOp>,
     /// Materialised results, in the order of [`Operand::Out`].
     outputs: Vec<VarId>,
+    /// Sums over leading axes the loop takes of its results ([`sums`]).
+    sums: Vec<SumOut>,
     nbufs: usize,
     label: (String, String),
     /// The group's loop compiled when it was planned, if the generator
@@ -254,17 +269,20 @@ impl Plan {
         }
         let groups = form_groups(&g);
         let (elided, weight_t) = elided_transposes(&g);
+        let (reshaped, alias) = aliased_reshapes(&g, &groups);
+        let (sum_of, summed) = leading_sums(&g, &groups);
         let mut steps = Vec::new();
         let mut panel_slots = 0;
         let mut emitted = vec![false; groups.members.len()];
         for (i, e) in g.eqns.iter().enumerate() {
-            if elided.contains(&i) {
+            if elided.contains(&i) || reshaped.contains(&i) || summed.contains(&i) {
                 continue;
             }
             match groups.of_eqn[i] {
                 Some(k) if groups.last_member(k) == i && !emitted[k] => {
                     emitted[k] = true;
-                    steps.push(Step::Fused(Box::new(build_fused(&g, &groups.members[k]))));
+                    let f = build_fused(&g, &groups.members[k], &alias, &sum_of);
+                    steps.push(Step::Fused(Box::new(f)));
                 }
                 Some(_) => {}
                 None => {
@@ -323,7 +341,12 @@ impl Plan {
         let mut caps: Vec<usize> = Vec::new();
         for step in &steps {
             let written: Vec<VarId> = match step {
-                Step::Fused(f) => f.outputs.clone(),
+                Step::Fused(f) => f
+                    .outputs
+                    .iter()
+                    .copied()
+                    .chain(f.sums.iter().map(|s| s.var))
+                    .collect(),
                 Step::Eqn { kernel, eqn, .. } if *kernel != Kernel::Eval => {
                     g.eqns[*eqn].outputs.clone()
                 }
@@ -438,3 +461,5 @@ impl Plan {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_broadcast;

@@ -69,10 +69,12 @@ pub(super) fn next_slot(slots: &mut usize) -> usize {
 
 /// Whether equation `i` is a product the plan runs itself
 /// ([`Kernel::Matmul`]): two 2-D float operands of one dtype, at most
-/// [`MAX_PLANNED_MATMUL`] results.
+/// [`MAX_PLANNED_MATMUL`] results, and a contraction longer than one (an
+/// outer product is fused, see [`outer_product`]).
 pub(super) fn planned_matmul(g: &Graph, i: usize) -> bool {
     let e = &g.eqns[i];
-    e.inputs.len() == 2
+    !outer_product(g, i)
+        && e.inputs.len() == 2
         && e.outputs.len() == 1
         && e.prim.planned() == Some(Planned::Matmul)
         && e.inputs.iter().all(|&v| {

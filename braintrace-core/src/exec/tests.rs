@@ -30,7 +30,7 @@ fn assert_same(a: &[Tensor], b: &[Tensor], what: &str) {
 }
 
 /// Plan `g` and check it against the interpreter on `args`.
-fn check(g: Graph, args: &[Tensor], what: &str) -> Plan {
+pub(super) fn check(g: Graph, args: &[Tensor], what: &str) -> Plan {
     let g = Arc::new(g);
     let want = g.eval(args).unwrap();
     let plan = Plan::new(g.clone()).expect("a graph without tracers is planned");
@@ -42,7 +42,7 @@ fn check(g: Graph, args: &[Tensor], what: &str) -> Plan {
     plan
 }
 
-fn fused_groups(p: &Plan) -> Vec<usize> {
+pub(super) fn fused_groups(p: &Plan) -> Vec<usize> {
     p.steps
         .iter()
         .filter_map(|s| match s {
@@ -887,7 +887,7 @@ fn order_of_agrees_with_ndarray_and_elements_walk_in_order() {
 }
 
 /// An array of `shape` with values drawn uniformly from `[-1, 1)`.
-fn random_array(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
+pub(super) fn random_array(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
