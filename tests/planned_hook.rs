@@ -58,7 +58,7 @@ impl Primitive for Outside {
             "matmul" => Planned::Matmul,
             "transpose" => Planned::Transpose { perm: &[1, 0] },
             "concatenate" => Planned::Concat { axis: 1 },
-            "reduce_sum" => Planned::Sum,
+            "reduce_sum" => Planned::Sum { axes: &[0, 1] },
             "reshape" => Planned::Reshape,
             other => panic!("no declaration for {other}"),
         })

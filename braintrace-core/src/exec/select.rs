@@ -43,7 +43,7 @@ pub(super) fn kernel_of(g: &Graph, i: usize, panel_slots: &mut usize) -> Kernel 
     }
     if e.inputs.len() == 1
         && e.outputs.len() == 1
-        && planned == Some(Planned::Sum)
+        && matches!(planned, Some(Planned::Sum { .. }))
         && float(&e.inputs[0])
         && g.avals[e.outputs[0]].dtype() == g.avals[e.inputs[0]].dtype()
         && g.avals[e.outputs[0]].size() == 1

@@ -6,7 +6,6 @@
 //! next one added in turn), so the result is the same bits.
 
 use super::*;
-use crate::ops::shape::ReduceSum;
 
 /// A sum a fused loop takes: its result (as many elements as a row of
 /// the loop, the kept axes).
@@ -34,7 +33,7 @@ pub(super) fn leading_sums(g: &Graph, groups: &Groups) -> (HashMap<VarId, usize>
     let mut sums = HashMap::new();
     let mut skipped = HashSet::new();
     for (i, e) in g.eqns.iter().enumerate() {
-        let Some(r) = e.prim.as_any().downcast_ref::<ReduceSum>() else {
+        let Some(Planned::Sum { axes }) = e.prim.planned() else {
             continue;
         };
         if e.inputs.len() != 1 || e.outputs.len() != 1 {
@@ -42,8 +41,8 @@ pub(super) fn leading_sums(g: &Graph, groups: &Groups) -> (HashMap<VarId, usize>
         }
         let y = e.inputs[0];
         let (ya, za) = (&g.avals[y], &g.avals[e.outputs[0]]);
-        let k = r.axes.len();
-        let leading = r.axes.iter().enumerate().all(|(j, &a)| a == j);
+        let k = axes.len();
+        let leading = axes.iter().enumerate().all(|(j, &a)| a == j);
         let lead: usize = ya.shape()[..k.min(ya.ndim())].iter().product();
         let p = producer[y];
         let Some(grp) = (p != usize::MAX).then(|| groups.of_eqn[p]).flatten() else {

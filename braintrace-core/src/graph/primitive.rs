@@ -171,10 +171,14 @@ pub enum Planned<'a> {
         /// The axis they are joined along.
         axis: usize,
     },
-    /// The sum of the one operand's elements over some of its axes
-    /// (planned when the result has one element: the sum of all of them,
-    /// added in the order of the core `reduce_sum`).
-    Sum,
+    /// The sum of the one operand's elements over `axes` (planned when
+    /// the result has one element, the sum of all of them, and when the
+    /// axes lead and the operand is a fused loop's result; added in the
+    /// order of the core `reduce_sum`).
+    Sum {
+        /// The summed axes, sorted and distinct.
+        axes: &'a [usize],
+    },
     /// The one operand's elements, in row-major order, in the output's
     /// shape.
     Reshape,

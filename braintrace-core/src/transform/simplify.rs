@@ -63,7 +63,7 @@ fn sums_to_reshapes(g: &mut Graph) -> usize {
         let same_order = match e.prim.planned() {
             // As many elements after the sum as before: only unit axes
             // were summed.
-            Some(Planned::Sum) => x.size() == y.size(),
+            Some(Planned::Sum { .. }) => x.size() == y.size(),
             // Only unit axes move: the others keep their order.
             Some(Planned::Transpose { perm }) => {
                 let moved: Vec<usize> = perm

@@ -150,7 +150,7 @@ impl Primitive for ReduceSum {
         "reduce_sum".into()
     }
     fn planned(&self) -> Option<Planned<'_>> {
-        Some(Planned::Sum)
+        Some(Planned::Sum { axes: &self.axes })
     }
     fn params(&self) -> Vec<(String, String)> {
         vec![("axes".into(), fmt_list(&self.axes))]
