@@ -33,6 +33,7 @@ mod fast;
 mod hooked;
 mod in_step;
 mod kernel_check;
+mod kernel_kind;
 mod learner;
 mod nonfinite;
 mod pp_fast;
