@@ -77,6 +77,11 @@ pub trait CustomTraceKernel: Send + Sync + 'static {
     }
 
     /// Advance trainable `key`'s trace by one step, in place.
+    ///
+    /// Check what can fail (shapes, dtypes) before writing: the learner
+    /// keeps no copy of the trace, so an error returned after some values
+    /// were written leaves them written (the learner's call fails and says
+    /// which kernel and trace; reset the learner's traces to start over).
     fn update(&self, key: &str, step: &TraceStep<'_>, trace: &mut Tensor) -> Result<()>;
 
     /// Add trainable `key`'s gradient for learning signal `g` `(V.., S)` to
