@@ -16,7 +16,7 @@ use braintrace::learn::{
 use braintrace::nn::checkpoint::Checkpoint;
 use braintrace::nn::{Initializer, Sgd};
 use braintrace::prelude::*;
-use common::det;
+use common::{assert_allclose, det};
 
 // ------------------------------------------------ y = x @ w + b, its rules
 
@@ -272,12 +272,8 @@ fn assert_close(what: &str, a: &[Tensor], b: &[Tensor]) {
         assert_eq!(x.shape(), y.shape(), "{what}: shapes");
         let (x, y) = (x.to_vec_f64().unwrap(), y.to_vec_f64().unwrap());
         assert!(y.iter().any(|v| v.abs() > 1e-6), "{what}: all zero");
-        for (p, q) in x.iter().zip(&y) {
-            assert!(
-                (p - q).abs() <= 1e-12 * (1.0 + q.abs()),
-                "{what}: {p} vs {q}"
-            );
-        }
+        // |x - y| <= 1e-12 (1 + |y|)
+        assert_allclose(what, &x, &y, 1e-12, 1e-12);
     }
 }
 

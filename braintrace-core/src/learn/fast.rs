@@ -225,9 +225,14 @@ impl FastTrace {
             )?)),
             _ => None,
         };
+        // A custom leaf keeps its own buffers: these stay empty.
+        let (data_shape, grad_shape) = match custom {
+            Some(_) => (vec![0], vec![0]),
+            None => (row_shape(trace_shape), param_shape.to_vec()),
+        };
         let mut t = FastTrace {
             has_input: has_x && role != Role::Bias,
-            data: TraceBuf::zeros(storage, &row_shape(trace_shape)),
+            data: TraceBuf::zeros(storage, &data_shape),
             row: Blocked {
                 n: trace_shape
                     .get(trace_shape.len().wrapping_sub(2))
@@ -235,7 +240,7 @@ impl FastTrace {
                     .unwrap_or(1),
                 k: trace_shape.last().copied().unwrap_or(1),
             },
-            grad: zeros(dtype, param_shape)?,
+            grad: zeros(dtype, &grad_shape)?,
             sparse: None,
             hook,
             lora: None,
@@ -246,9 +251,6 @@ impl FastTrace {
             custom,
         };
         if t.custom.is_some() {
-            // The custom leaf keeps its own buffers.
-            t.data = TraceBuf::zeros(storage, &[0]);
-            t.grad = zeros(dtype, &[0])?;
             return Ok(t);
         }
         match (kind, &role) {
